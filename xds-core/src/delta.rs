@@ -1,0 +1,167 @@
+//! The incremental (delta) sub-stream state machine.
+
+use std::collections::BTreeMap;
+
+use crate::flow::Flow;
+use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
+use crate::nonce::Nonces;
+use crate::resource::{Resource, TypeTraits, View};
+use crate::subscription::{Subscription, WILDCARD};
+use crate::tracker::{Held, Tracker};
+
+/// One type URL on one delta stream (`DeltaAggregatedResources` or a per-type `Delta*` RPC).
+///
+/// Call in this order, for as long as the stream lives:
+/// 1. [`handle_request`](Self::handle_request) for every request of this type; record what the
+///    returned [`Handled`] says (ACK, NACK, stale, subscription change).
+/// 2. [`poll_response`](Self::poll_response) after a request and whenever the resources of the type
+///    may have changed; send what it returns. `None` means nothing is owed now.
+///
+/// The sub-stream keeps, per subscribed name, the version the client holds, so it sends only what
+/// differs (rule D4), removals (D5) and does-not-exist answers (D6). It sends one response and waits
+/// for its ACK or NACK before computing the next, which then carries the newest state.
+#[derive(Clone, Debug)]
+pub struct DeltaSubStream {
+    traits: TypeTraits,
+    subscription: Subscription,
+    tracker: Tracker,
+    flow: Flow,
+    /// Whether a response was sent: a wildcard's first response is owed even when empty, so the
+    /// client knows it has everything.
+    responded: bool,
+}
+
+impl DeltaSubStream {
+    /// A sub-stream for a type with these traits.
+    pub fn new(traits: TypeTraits) -> Self {
+        DeltaSubStream {
+            traits,
+            subscription: Subscription::default(),
+            tracker: Tracker::default(),
+            flow: Flow::default(),
+            responded: false,
+        }
+    }
+
+    /// Takes in one request (rules D1, D2, D3, D7, D8).
+    pub fn handle_request(&mut self, request: DeltaRequest) -> Handled {
+        let kind = self.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
+        let first = kind == RequestKind::Initial;
+        if first {
+            // Rule D7: what the client says it holds is held; it is sent only what differs.
+            for (name, version) in request.initial_resource_versions {
+                self.tracker.held.insert(name, Held::Version(version.into()));
+            }
+        }
+        // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
+        let change = self.subscription.apply_delta(
+            &request.subscribe,
+            &request.unsubscribe,
+            first,
+            self.traits.wildcard_capable,
+        );
+        if change.added.iter().any(|name| name == WILDCARD) {
+            self.tracker.synced = None;
+        }
+        for name in request.subscribe {
+            // Rule D2: every subscribed name is (re)sent, even one the client may hold, except
+            // what a reconnecting client declared it holds (rule D7).
+            let declared = first && self.tracker.held.contains_key(&name);
+            if self.subscription.has_name(&name) && !declared {
+                self.tracker.forced.insert(name);
+            }
+        }
+        for name in &change.removed {
+            if name == WILDCARD {
+                self.tracker.wildcard_left(&self.subscription);
+            } else {
+                self.tracker.unsubscribed(name, &self.subscription);
+            }
+        }
+        Handled { kind, subscribed: change.added, unsubscribed: change.removed }
+    }
+
+    /// The response owed to the client given the current `view`, if any.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_response<V: View>(
+        &mut self,
+        view: &V,
+        nonces: &mut Nonces,
+    ) -> Option<DeltaResponse<V::Resource>> {
+        if !self.flow.ready() {
+            return None;
+        }
+        let diff = self.tracker.diff(&self.subscription, self.traits, view);
+        let first_wildcard = !self.responded && self.subscription.is_wildcard();
+        if diff.is_empty() && !first_wildcard {
+            return None;
+        }
+        let mut resources: BTreeMap<String, DeltaResource<V::Resource>> = diff
+            .send
+            .into_iter()
+            .map(|(name, (resource, aliases))| {
+                (name, DeltaResource::Present { resource, aliases: aliases.into_iter().collect() })
+            })
+            .collect();
+        for (name, alias) in diff.absent {
+            let aliases = if alias { vec![name.clone()] } else { Vec::new() };
+            // Rule S14: never a name twice; a resource found under the name wins.
+            resources.entry(name.clone()).or_insert(DeltaResource::Absent { name, aliases });
+        }
+        let mut removed_resources = diff.removed;
+        removed_resources.sort();
+        self.responded = true;
+        Some(DeltaResponse {
+            system_version_info: view.version(),
+            nonce: self.flow.sent(nonces),
+            resources: resources.into_values().collect(),
+            removed_resources,
+        })
+    }
+
+    /// Marks every subscribed name that `pred` accepts for resending (rule D10: after a client
+    /// receives a changed RouteConfiguration `rc`, resend its `rc/...` virtual hosts).
+    pub fn resend_where(&mut self, mut pred: impl FnMut(&str) -> bool) {
+        self.tracker.force_where(&self.subscription, &mut pred);
+    }
+
+    /// The subscription.
+    pub fn subscription(&self) -> &Subscription {
+        &self.subscription
+    }
+
+    /// The nonce of the latest response sent.
+    pub fn last_nonce(&self) -> Option<&str> {
+        self.flow.last_nonce.as_deref()
+    }
+
+    /// Whether a response is waiting for its ACK or NACK.
+    pub fn awaiting_ack(&self) -> bool {
+        self.flow.phase == crate::flow::Phase::InFlight
+    }
+
+    /// What the client holds, by subscribed name: `Some(version)`, or `None` when it was told the
+    /// name does not exist.
+    pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        self.tracker.held.iter().map(|(name, held)| match held {
+            Held::Version(v) => (name.as_str(), Some(&**v)),
+            Held::Absent => (name.as_str(), None),
+        })
+    }
+
+    /// The traits of the sub-stream's type.
+    pub fn traits(&self) -> TypeTraits {
+        self.traits
+    }
+}
+
+/// Helps callers name a resource entry.
+impl<R: Resource> DeltaResource<R> {
+    /// The name the entry goes under on the wire.
+    pub fn name(&self) -> &str {
+        match self {
+            DeltaResource::Present { resource, .. } => resource.name(),
+            DeltaResource::Absent { name, .. } => name,
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The xDS protocol, sans-IO: the state machines of SotW and delta sub-streams.
+//!
+//! A *sub-stream* is one type URL on one stream. This crate decides, for each, what a request
+//! means (ACK, NACK, stale, subscription change) and what response the client is owed given a
+//! [`View`] of the current resources. It does no I/O, spawns nothing, reads no clock and knows
+//! no wire format: the server converts `DiscoveryRequest`s into [`SotwRequest`]s, and
+//! [`SotwResponse`]s back into `DiscoveryResponse`s. It is generic over the resource handle
+//! ([`Resource`]), so responses carry the caller's shared handles, never copies.
+//!
+//! Every rule it implements is numbered in the project's protocol rules (S*, D*), and each has a
+//! test named after it.
+//!
+//! ```
+//! use xds_core::{Nonces, Resource, SotwRequest, SotwSubStream, TypeTraits, View};
+//!
+//! #[derive(Clone)]
+//! struct Res(&'static str, &'static str);
+//! impl Resource for Res {
+//!     fn name(&self) -> &str { self.0 }
+//!     fn version(&self) -> &str { self.1 }
+//! }
+//! struct Clusters(Vec<Res>);
+//! impl View for Clusters {
+//!     type Resource = Res;
+//!     fn revision(&self) -> u64 { 1 }
+//!     fn version(&self) -> String { "v1".into() }
+//!     fn get(&self, name: &str) -> Option<Res> { self.0.iter().find(|r| r.0 == name).cloned() }
+//!     fn for_each(&self, f: &mut dyn FnMut(&Res)) { self.0.iter().for_each(f) }
+//! }
+//!
+//! let view = Clusters(vec![Res("a", "1"), Res("b", "1")]);
+//! let mut nonces = Nonces::new();
+//! let mut cds = SotwSubStream::new(TypeTraits { wildcard_capable: true, full_state: true, aliases: false });
+//! let _ = cds.handle_request(SotwRequest::default()); // a wildcard subscription
+//! let response = cds.poll_response(&view, &mut nonces).unwrap();
+//! assert_eq!(response.resources.len(), 2);
+//! // Nothing more is owed until the client answers and something changes.
+//! assert!(cds.poll_response(&view, &mut nonces).is_none());
+//! ```
+#![forbid(unsafe_code)]
+
+mod delta;
+mod flow;
+mod message;
+mod nonce;
+mod resource;
+mod sotw;
+mod stream;
+mod subscription;
+mod tracker;
+
+pub use delta::DeltaSubStream;
+pub use message::{
+    DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwRequest,
+    SotwResponse,
+};
+pub use nonce::Nonces;
+pub use resource::{Resource, TypeTraits, View};
+pub use sotw::SotwSubStream;
+pub use stream::{StreamError, StreamGuard};
+pub use subscription::{Subscription, WILDCARD, Wildcard};

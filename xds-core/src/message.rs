@@ -1,0 +1,134 @@
+//! The core's own small descriptions of requests and responses. The server converts to and from
+//! the wire messages (`DiscoveryRequest`, `DeltaDiscoveryResponse`, ...).
+
+use std::collections::BTreeMap;
+
+/// A client's report that it rejected a response (`error_detail` of a request).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErrorDetail {
+    /// The `google.rpc.Code` the client gave.
+    pub code: i32,
+    /// The client's message: why it rejected the response.
+    pub message: String,
+}
+
+/// One SotW request for one sub-stream (`DiscoveryRequest` without `node` and `type_url`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SotwRequest {
+    /// The version the client holds (`version_info`).
+    pub version_info: String,
+    /// The full desired set of names (rule S9).
+    pub resource_names: Vec<String>,
+    /// The nonce of the response this request answers; empty on the first request.
+    pub response_nonce: String,
+    /// Set when the client rejected the response (a NACK, rule S5).
+    pub error_detail: Option<ErrorDetail>,
+}
+
+/// One delta request for one sub-stream (`DeltaDiscoveryRequest` without `node` and `type_url`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeltaRequest {
+    /// Names (or aliases) to add to the subscription (rule D2).
+    pub subscribe: Vec<String>,
+    /// Names to remove from the subscription (rule D3).
+    pub unsubscribe: Vec<String>,
+    /// On the first request of a stream: the versions the client already holds (rule D7).
+    pub initial_resource_versions: BTreeMap<String, String>,
+    /// The nonce of the response this request answers; empty for a spontaneous request.
+    pub response_nonce: String,
+    /// Set when the client rejected the response (a NACK).
+    pub error_detail: Option<ErrorDetail>,
+}
+
+/// What a request meant, as the sub-stream classified it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// The first request of the sub-stream.
+    Initial,
+    /// The client accepted the response with this nonce (rules S4, D1).
+    Ack {
+        /// The nonce of the accepted response.
+        nonce: String,
+        /// SotW: the version the client now holds. Delta: empty.
+        version: String,
+    },
+    /// The client rejected the response with this nonce (rules S5, D1).
+    Nack {
+        /// The nonce of the rejected response.
+        nonce: String,
+        /// SotW: the version the client keeps. Delta: empty.
+        version: String,
+        /// Why the client rejected it.
+        error: ErrorDetail,
+    },
+    /// The request names a nonce that is not the latest sent (rules S7, D1). SotW: the request was
+    /// ignored. Delta: its subscription changes still applied.
+    Stale {
+        /// The stale nonce.
+        nonce: String,
+    },
+    /// A delta request that answers no response: a subscription change.
+    Spontaneous,
+}
+
+/// What a request did to the sub-stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "the outcome says whether the client ACKed or NACKed; record it"]
+pub struct Handled {
+    /// How the request was classified.
+    pub kind: RequestKind,
+    /// Names newly in the subscription (`*` for a wildcard entered).
+    pub subscribed: Vec<String>,
+    /// Names no longer in the subscription (`*` for a wildcard left).
+    pub unsubscribed: Vec<String>,
+}
+
+impl Handled {
+    /// Whether the subscription changed.
+    pub fn subscription_changed(&self) -> bool {
+        !self.subscribed.is_empty() || !self.unsubscribed.is_empty()
+    }
+}
+
+/// A SotW response to send (`DiscoveryResponse` without `type_url`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SotwResponse<R> {
+    /// The type's version (rule S16).
+    pub version_info: String,
+    /// A fresh nonce (rule D1 applies to SotW too).
+    pub nonce: String,
+    /// The resources, by name, each name once (rules S11, S14).
+    pub resources: Vec<R>,
+}
+
+/// One entry of a delta response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeltaResource<R> {
+    /// The resource, with the aliases it was subscribed by (rule D9).
+    Present {
+        /// The resource (its name and per-resource version go on the wire).
+        resource: R,
+        /// The subscribed aliases that matched it, sorted.
+        aliases: Vec<String>,
+    },
+    /// The subscribed name does not exist (rule D6): a `Resource` with this name and no body.
+    Absent {
+        /// The subscribed name.
+        name: String,
+        /// For an alias subscription (VHDS): the alias, which is also the name (rule D10).
+        aliases: Vec<String>,
+    },
+}
+
+/// A delta response to send (`DeltaDiscoveryResponse` without `type_url`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeltaResponse<R> {
+    /// For debugging only (rule D4): the type's version.
+    pub system_version_info: String,
+    /// A fresh nonce (rule D1).
+    pub nonce: String,
+    /// Created or changed resources and does-not-exist answers, sorted by name (rule D4).
+    pub resources: Vec<DeltaResource<R>>,
+    /// Names the client holds that no longer exist (rule D5), sorted.
+    pub removed_resources: Vec<String>,
+}

@@ -1,0 +1,65 @@
+//! What the core needs to know about resources: a handle with a name and a version, and a view
+//! of the current resources of one type.
+
+/// A resource handle as the protocol core sees it.
+///
+/// The core never looks inside a resource: it compares versions and hands the handle back in the
+/// responses it computes. Make the handle cheap to clone (an `Arc`), so that building a response
+/// copies pointers, not resources.
+pub trait Resource: Clone {
+    /// The resource's name.
+    fn name(&self) -> &str;
+    /// The resource's version: equal versions mean equal content (rules D4, S16).
+    fn version(&self) -> &str;
+}
+
+/// The current resources of one type, as one stream sees them (its node's group, its type).
+///
+/// A view is a snapshot in time: the core reads it while computing one response and does not keep
+/// it. `revision` and `changed_since` let the core find what changed since it last looked without
+/// walking every resource (a view that cannot tell simply returns `false` from `changed_since`, and
+/// the core compares the whole subscription instead).
+pub trait View {
+    /// The resource handle.
+    type Resource: Resource;
+
+    /// A number that grows whenever a resource of the view is created, changed or deleted.
+    fn revision(&self) -> u64;
+
+    /// The type's version for SotW responses (`version_info`): the same resources give the same
+    /// version (rule S16).
+    fn version(&self) -> String;
+
+    /// The resource with this name, if it exists.
+    fn get(&self, name: &str) -> Option<Self::Resource>;
+
+    /// The resource an alias subscription names (rule D9: VHDS `<route configuration>/<host>`),
+    /// if one matches. Views of types without aliases keep the default.
+    fn resolve_alias(&self, alias: &str) -> Option<Self::Resource> {
+        let _ = alias;
+        None
+    }
+
+    /// Calls `f` with every resource, for wildcard subscriptions.
+    fn for_each(&self, f: &mut dyn FnMut(&Self::Resource));
+
+    /// Calls `f` with the name of every resource created, changed or deleted after `revision`
+    /// (a name may be reported that in the end did not change). Returns `false`, having called
+    /// nothing, when the view cannot tell (the revision is too old or from another source); the core
+    /// then compares the whole subscription.
+    fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
+        let _ = (revision, f);
+        false
+    }
+}
+
+/// How the protocol treats a resource type: the columns of the resource-type table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TypeTraits {
+    /// Clients may subscribe to every resource of the type (rules S10, D8): Listener, Cluster.
+    pub wildcard_capable: bool,
+    /// SotW responses carry every subscribed resource (rule S11): Listener, Cluster.
+    pub full_state: bool,
+    /// Clients may subscribe by alias (rule D9): VirtualHost.
+    pub aliases: bool,
+}

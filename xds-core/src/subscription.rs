@@ -1,0 +1,201 @@
+//! A sub-stream's subscription: the names it asked for and whether it is a wildcard.
+
+use std::collections::BTreeSet;
+
+/// The name that subscribes to every resource of a wildcard-capable type (rule S10).
+pub const WILDCARD: &str = "*";
+
+/// How a subscription takes in every resource of its type (rules S10, D8).
+///
+/// ```text
+///            first request with no names
+///   (start) ───────────────────────────────► Legacy ──┐ later request with no names: stays
+///      │                                       │ ◄────┘
+///      │ names with `*`                        │ names without `*`
+///      ▼                                       ▼
+///   Explicit ◄──────── names with `*` ─────── None
+///      │                                       ▲
+///      └──────────── names without `*` ────────┘ (SotW), or `*` unsubscribed (delta)
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Wildcard {
+    /// Only the named resources.
+    #[default]
+    None,
+    /// The first request named nothing: the legacy wildcard.
+    Legacy,
+    /// The client named `*`, perhaps with other names.
+    Explicit,
+}
+
+/// The names one sub-stream subscribes to, and its wildcard state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Subscription {
+    wildcard: Wildcard,
+    names: BTreeSet<String>,
+}
+
+/// The names a subscription change added and removed (`*` stands for the wildcard).
+#[derive(Debug, Default)]
+pub(crate) struct Change {
+    pub(crate) added: Vec<String>,
+    pub(crate) removed: Vec<String>,
+}
+
+impl Subscription {
+    /// The wildcard state.
+    pub fn wildcard(&self) -> Wildcard {
+        self.wildcard
+    }
+
+    /// Whether every resource of the type is subscribed.
+    pub fn is_wildcard(&self) -> bool {
+        self.wildcard != Wildcard::None
+    }
+
+    /// The explicitly subscribed names (without `*`), sorted.
+    pub fn names(&self) -> &BTreeSet<String> {
+        &self.names
+    }
+
+    /// Whether `name` is explicitly subscribed.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// Whether nothing is subscribed (rule S9: an empty set means no interest).
+    pub fn is_empty(&self) -> bool {
+        !self.is_wildcard() && self.names.is_empty()
+    }
+
+    /// Replaces the subscription with a SotW request's full set (rules S8, S9, S10).
+    pub(crate) fn apply_sotw(
+        &mut self,
+        names: &[String],
+        first: bool,
+        wildcard_capable: bool,
+    ) -> Change {
+        let before = self.clone();
+        let explicit = wildcard_capable && names.iter().any(|n| n == WILDCARD);
+        self.wildcard = if !wildcard_capable {
+            Wildcard::None
+        } else if explicit {
+            Wildcard::Explicit
+        } else if names.is_empty() && (first || self.wildcard == Wildcard::Legacy) {
+            Wildcard::Legacy
+        } else {
+            Wildcard::None
+        };
+        self.names =
+            names.iter().filter(|n| !(wildcard_capable && *n == WILDCARD)).cloned().collect();
+        self.change_from(&before)
+    }
+
+    /// Applies a delta request's subscribe and unsubscribe lists (rules D2, D3, D8).
+    pub(crate) fn apply_delta(
+        &mut self,
+        subscribe: &[String],
+        unsubscribe: &[String],
+        first: bool,
+        wildcard_capable: bool,
+    ) -> Change {
+        let before = self.clone();
+        if wildcard_capable && first && subscribe.is_empty() {
+            self.wildcard = Wildcard::Legacy;
+        }
+        for name in subscribe {
+            if wildcard_capable && name == WILDCARD {
+                self.wildcard = Wildcard::Explicit;
+            } else {
+                self.names.insert(name.clone());
+            }
+        }
+        // Legacy wildcard ends once the client names resources without `*` (rule S10).
+        if self.wildcard == Wildcard::Legacy && !subscribe.is_empty() && !first {
+            self.wildcard = Wildcard::None;
+        }
+        for name in unsubscribe {
+            if wildcard_capable && name == WILDCARD {
+                self.wildcard = Wildcard::None;
+            } else {
+                self.names.remove(name);
+            }
+        }
+        self.change_from(&before)
+    }
+
+    fn change_from(&self, before: &Subscription) -> Change {
+        let mut change = Change {
+            added: self.names.difference(&before.names).cloned().collect(),
+            removed: before.names.difference(&self.names).cloned().collect(),
+        };
+        match (before.is_wildcard(), self.is_wildcard()) {
+            (false, true) => change.added.insert(0, WILDCARD.to_owned()),
+            (true, false) => change.removed.insert(0, WILDCARD.to_owned()),
+            _ => {}
+        }
+        change
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn s10_legacy_wildcard_survives_empty_requests_and_ends_on_names() {
+        let mut s = Subscription::default();
+        s.apply_sotw(&[], true, true);
+        assert_eq!(s.wildcard(), Wildcard::Legacy);
+        s.apply_sotw(&[], false, true);
+        assert_eq!(s.wildcard(), Wildcard::Legacy);
+        let change = s.apply_sotw(&names(&["a"]), false, true);
+        assert_eq!(s.wildcard(), Wildcard::None);
+        assert_eq!(change.removed, names(&["*"]));
+        assert_eq!(change.added, names(&["a"]));
+    }
+
+    #[test]
+    fn s10_explicit_wildcard_combines_with_names_and_can_be_removed() {
+        let mut s = Subscription::default();
+        s.apply_sotw(&names(&["*", "a"]), true, true);
+        assert_eq!(s.wildcard(), Wildcard::Explicit);
+        assert!(s.has_name("a") && !s.has_name("*"));
+        s.apply_sotw(&names(&["a"]), false, true);
+        assert_eq!(s.wildcard(), Wildcard::None);
+        // An empty list after explicit names means no interest, not a wildcard (rule S9).
+        s.apply_sotw(&[], false, true);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn s09_empty_set_on_a_non_wildcard_type_is_no_interest() {
+        let mut s = Subscription::default();
+        s.apply_sotw(&[], true, false);
+        assert!(s.is_empty());
+        // `*` is an ordinary name for a type that has no wildcard.
+        s.apply_sotw(&names(&["*"]), false, false);
+        assert!(s.has_name("*") && !s.is_wildcard());
+    }
+
+    #[test]
+    fn d08_delta_wildcard_entered_and_left() {
+        let mut s = Subscription::default();
+        s.apply_delta(&[], &[], true, true);
+        assert_eq!(s.wildcard(), Wildcard::Legacy);
+        s.apply_delta(&names(&["x"]), &[], false, true);
+        assert_eq!(s.wildcard(), Wildcard::None);
+        s.apply_delta(&names(&["*"]), &[], false, true);
+        assert_eq!(s.wildcard(), Wildcard::Explicit);
+        s.apply_delta(&names(&["y"]), &[], false, true);
+        assert_eq!(s.wildcard(), Wildcard::Explicit);
+        let change = s.apply_delta(&[], &names(&["*", "nope"]), false, true);
+        assert_eq!(s.wildcard(), Wildcard::None);
+        assert_eq!(change.removed, names(&["*"]));
+        assert_eq!(s.names().iter().cloned().collect::<Vec<_>>(), names(&["x", "y"]));
+    }
+}

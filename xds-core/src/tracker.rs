@@ -1,0 +1,174 @@
+//! What a client holds, and the comparison of that with a view: the part SotW and delta share.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::resource::{Resource, TypeTraits, View};
+use crate::subscription::Subscription;
+
+/// What the client holds under one subscribed name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The resource at this version (sent to the client, or declared by it on reconnect).
+    Version(Box<str>),
+    /// The client was told (delta) or may conclude (SotW full state) that the name does not exist.
+    Absent,
+}
+
+/// The client's side of one sub-stream, and how far the core has compared it with the view.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tracker {
+    /// Per subscribed name (or alias, or wildcard-delivered name): what the client holds.
+    pub(crate) held: BTreeMap<String, Held>,
+    /// Names to send in the next response even if the client holds them (rules S12, D2).
+    pub(crate) forced: BTreeSet<String>,
+    /// The view revision the held state was last compared at; `None`: compare everything.
+    pub(crate) synced: Option<u64>,
+}
+
+/// The outcome of comparing the client's state with a view. The tracker is already updated as if
+/// the response built from it had been sent.
+pub(crate) struct Diff<R> {
+    /// Resources to send, by resource name, with the aliases they were subscribed by.
+    pub(crate) send: BTreeMap<String, (R, BTreeSet<String>)>,
+    /// Held names that no longer exist or no longer belong to a wildcard (rule D5).
+    pub(crate) removed: Vec<String>,
+    /// Explicitly subscribed names that do not exist and that the client was not yet told about
+    /// (rule D6), with whether the name was an alias subscription.
+    pub(crate) absent: Vec<(String, bool)>,
+}
+
+impl<R> Diff<R> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.send.is_empty() && self.removed.is_empty() && self.absent.is_empty()
+    }
+}
+
+impl Tracker {
+    /// Forgets held state for a name that left the subscription (the client drops it itself),
+    /// unless a wildcard still covers it.
+    pub(crate) fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
+        self.forced.remove(name);
+        if !sub.is_wildcard() {
+            self.held.remove(name);
+        }
+    }
+
+    /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
+    pub(crate) fn wildcard_left(&mut self, sub: &Subscription) {
+        self.held.retain(|name, _| sub.has_name(name));
+    }
+
+    /// Marks subscribed names for resending, whatever the client holds (rule D10: after a
+    /// RouteConfiguration change a client's virtual hosts are all resent).
+    pub(crate) fn force_where(&mut self, sub: &Subscription, pred: &mut dyn FnMut(&str) -> bool) {
+        for name in sub.names() {
+            if pred(name) {
+                self.forced.insert(name.clone());
+            }
+        }
+    }
+
+    /// Compares what the client holds with `view` for subscription `sub` and records the result as
+    /// sent. Looks only at what changed since the last comparison when the view can tell.
+    pub(crate) fn diff<V: View>(
+        &mut self,
+        sub: &Subscription,
+        traits: TypeTraits,
+        view: &V,
+    ) -> Diff<V::Resource> {
+        let candidates = self.candidates(sub, traits, view);
+        let mut diff = Diff { send: BTreeMap::new(), removed: Vec::new(), absent: Vec::new() };
+        for name in candidates {
+            self.compare(&name, sub, traits, view, &mut diff);
+        }
+        self.forced.clear();
+        self.synced = Some(view.revision());
+        diff
+    }
+
+    fn candidates<V: View>(
+        &self,
+        sub: &Subscription,
+        traits: TypeTraits,
+        view: &V,
+    ) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        let incremental = match self.synced {
+            Some(revision) => view.changed_since(revision, &mut |n| {
+                names.insert(n.to_owned());
+            }),
+            None => false,
+        };
+        if !incremental {
+            names.clear();
+            if sub.is_wildcard() {
+                view.for_each(&mut |r| {
+                    names.insert(r.name().to_owned());
+                });
+            }
+            names.extend(sub.names().iter().cloned());
+            names.extend(self.held.keys().cloned());
+        } else if traits.aliases {
+            // An alias resolves through the content of other resources: look at every alias
+            // subscription again (VHDS subscriptions are small).
+            names.extend(sub.names().iter().cloned());
+        }
+        names.extend(self.forced.iter().cloned());
+        names
+    }
+
+    fn compare<V: View>(
+        &mut self,
+        name: &str,
+        sub: &Subscription,
+        traits: TypeTraits,
+        view: &V,
+        diff: &mut Diff<V::Resource>,
+    ) {
+        let explicit = sub.has_name(name);
+        let direct = view.get(name);
+        let interested = explicit || (sub.is_wildcard() && direct.is_some());
+        let found = match direct {
+            Some(r) => Some((r, false)),
+            None if traits.aliases && explicit => view.resolve_alias(name).map(|r| (r, true)),
+            None => None,
+        };
+        let forced = self.forced.contains(name);
+        match found {
+            Some((resource, via_alias)) if interested => {
+                let current = self.held.get(name);
+                let same = matches!(current, Some(Held::Version(v)) if **v == *resource.version());
+                if forced || !same {
+                    self.held.insert(name.to_owned(), Held::Version(resource.version().into()));
+                    let entry = diff
+                        .send
+                        .entry(resource.name().to_owned())
+                        .or_insert_with(|| (resource, BTreeSet::new()));
+                    if via_alias {
+                        entry.1.insert(name.to_owned());
+                    }
+                }
+            }
+            Some(_) => {
+                // Exists but is no longer of interest: the client drops it on its own.
+                self.held.remove(name);
+            }
+            None => match self.held.get(name) {
+                Some(Held::Version(_)) => {
+                    diff.removed.push(name.to_owned());
+                    if explicit {
+                        self.held.insert(name.to_owned(), Held::Absent);
+                    } else {
+                        self.held.remove(name);
+                    }
+                }
+                Some(Held::Absent) if !forced => {}
+                _ if explicit => {
+                    self.held.insert(name.to_owned(), Held::Absent);
+                    diff.absent.push((name.to_owned(), traits.aliases));
+                }
+                _ => {}
+            },
+        }
+    }
+}

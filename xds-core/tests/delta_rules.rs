@@ -1,0 +1,244 @@
+//! The delta rules D1–D10, one test (at least) each, named after the rule.
+
+mod util;
+
+use std::collections::BTreeMap;
+
+use util::*;
+use xds_core::{DeltaRequest, DeltaResource, DeltaSubStream, RequestKind, Wildcard};
+
+/// Subscribes, takes the first response and ACKs it.
+fn started(
+    traits: xds_core::TypeTraits,
+    sub: &[&str],
+    view: &MemView,
+    n: &mut xds_core::Nonces,
+) -> DeltaSubStream {
+    let mut s = DeltaSubStream::new(traits);
+    let _ = s.handle_request(delta(sub, &[], ""));
+    if let Some(r) = s.poll_response(view, n) {
+        let h = s.handle_request(delta(&[], &[], &r.nonce));
+        assert!(matches!(h.kind, RequestKind::Ack { .. }));
+    }
+    s
+}
+
+#[test]
+fn d01_every_response_has_a_fresh_nonce_and_is_acked_by_it() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = DeltaSubStream::new(EDS);
+    let h = s.handle_request(delta(&["a"], &[], ""));
+    assert_eq!(h.kind, RequestKind::Initial);
+    let r1 = s.poll_response(&view, &mut n).unwrap();
+    assert!(!r1.nonce.is_empty());
+    let h = s.handle_request(delta(&[], &[], &r1.nonce));
+    assert_eq!(h.kind, RequestKind::Ack { nonce: r1.nonce.clone(), version: String::new() });
+    view.set("a", "2");
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    assert_ne!(r1.nonce, r2.nonce);
+    // A NACK names the response it rejects.
+    let nack = DeltaRequest {
+        response_nonce: r2.nonce.clone(),
+        error_detail: Some(xds_core::ErrorDetail { code: 3, message: "no".into() }),
+        ..Default::default()
+    };
+    assert!(matches!(s.handle_request(nack).kind, RequestKind::Nack { .. }));
+    // A spontaneous request carries no nonce.
+    assert_eq!(s.handle_request(delta(&["b"], &[], "")).kind, RequestKind::Spontaneous);
+}
+
+#[test]
+fn d01_stale_nonce_voids_the_ack_but_applies_the_subscription() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = started(EDS, &["a"], &view, &mut n);
+    view.set("a", "2");
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    let h = s.handle_request(delta(&["b"], &[], "1"));
+    assert_eq!(h.kind, RequestKind::Stale { nonce: "1".into() });
+    assert_eq!(h.subscribed, names(&["b"]));
+    assert!(s.awaiting_ack(), "a stale request does not ACK the response in flight");
+    assert!(s.poll_response(&view, &mut n).is_none());
+    let _ = s.handle_request(delta(&[], &[], &r2.nonce));
+    let r3 = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r3), names(&["b"]));
+}
+
+#[test]
+fn d02_subscribed_names_are_resent_even_if_held() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1")]);
+    let mut s = started(EDS, &["a"], &view, &mut n);
+    // Subscribing again to a name the server thinks the client holds resends it.
+    let _ = s.handle_request(delta(&["a"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("a".into(), Some("1".into()))]);
+}
+
+#[test]
+fn d03_unsubscribe_removes_and_ignores_unknown_names() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = started(EDS, &["a", "b"], &view, &mut n);
+    let h = s.handle_request(delta(&[], &["b", "never-subscribed"], ""));
+    assert_eq!(h.unsubscribed, names(&["b"]));
+    view.set("b", "2");
+    assert!(s.poll_response(&view, &mut n).is_none());
+    assert!(!s.subscription().has_name("b"));
+}
+
+#[test]
+fn d04_only_changed_resources_are_sent() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1"), ("c", "1")]);
+    let mut s = started(EDS, &["a", "b", "c"], &view, &mut n);
+    view.set("b", "2");
+    view.set("c", "1"); // same version: not a change for the client
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("b".into(), Some("2".into()))]);
+    assert!(r.removed_resources.is_empty());
+    assert_eq!(r.system_version_info, xds_core::View::version(&view));
+}
+
+#[test]
+fn d05_deleted_resources_are_removed() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut named = started(EDS, &["a", "b"], &view, &mut n);
+    let mut wild = started(CDS, &[], &view, &mut n);
+    assert_eq!(wild.subscription().wildcard(), Wildcard::Legacy);
+    view.delete("b");
+    for s in [&mut named, &mut wild] {
+        let r = s.poll_response(&view, &mut n).unwrap();
+        assert_eq!(r.removed_resources, names(&["b"]));
+        assert!(r.resources.is_empty());
+        let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    }
+    // Removed once: not again.
+    view.set("a", "2");
+    let r = named.poll_response(&view, &mut n).unwrap();
+    assert!(r.removed_resources.is_empty());
+}
+
+#[test]
+fn d06_missing_names_are_answered_at_once_and_sent_when_they_appear() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = DeltaSubStream::new(EDS);
+    let _ = s.handle_request(delta(&["a", "ghost"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("a".into(), Some("1".into())), ("ghost".into(), None)]);
+    assert!(matches!(&r.resources[1], DeltaResource::Absent { aliases, .. } if aliases.is_empty()));
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    // Told once; not repeated.
+    view.set("a", "2");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["a"]));
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    view.set("ghost", "1");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("ghost".into(), Some("1".into()))]);
+}
+
+#[test]
+fn d07_reconnect_sends_only_what_differs_and_removes_what_is_gone() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "2"), ("c", "1")]);
+    let mut s = DeltaSubStream::new(CDS);
+    let initial: BTreeMap<String, String> = [("a", "1"), ("b", "1"), ("gone", "1")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let _ =
+        s.handle_request(DeltaRequest { initial_resource_versions: initial, ..Default::default() });
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("b".into(), Some("2".into())), ("c".into(), Some("1".into()))]);
+    assert_eq!(r.removed_resources, names(&["gone"]));
+
+    // Named: a subscribed name the client holds at the current version is not resent.
+    let mut s = DeltaSubStream::new(EDS);
+    let _ = s.handle_request(DeltaRequest {
+        subscribe: names(&["a", "c"]),
+        initial_resource_versions: [("a".to_string(), "1".to_string())].into_iter().collect(),
+        ..Default::default()
+    });
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["c"]));
+
+    // Everything held at the current version: only the (empty) first wildcard response.
+    let mut s = DeltaSubStream::new(CDS);
+    let all = view.resources.clone();
+    let _ = s.handle_request(DeltaRequest { initial_resource_versions: all, ..Default::default() });
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert!(r.resources.is_empty() && r.removed_resources.is_empty());
+}
+
+#[test]
+fn d08_wildcard_subscribe_and_unsubscribe() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = started(CDS, &["*"], &view, &mut n);
+    assert_eq!(s.subscription().wildcard(), Wildcard::Explicit);
+    view.set("c", "1");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["c"]));
+    let _ = s.handle_request(delta(&["a"], &["*"], &r.nonce));
+    assert_eq!(s.subscription().wildcard(), Wildcard::None);
+    // Only `a` is of interest now.
+    view.set("b", "2");
+    view.set("c", "2");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["a"]), "a was subscribed anew (D2)");
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // The first wildcard response is sent even when there is nothing.
+    let mut empty = DeltaSubStream::new(CDS);
+    let _ = empty.handle_request(delta(&[], &[], ""));
+    assert!(empty.poll_response(&MemView::default(), &mut n).is_some());
+}
+
+#[test]
+fn d09_alias_subscriptions_name_the_resource_and_list_the_alias() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("rc/vh1", "1")]);
+    view.alias("rc/foo.com", "rc/vh1");
+    view.alias("rc/bar.com", "rc/vh1");
+    let mut s = DeltaSubStream::new(VHDS);
+    let _ = s.handle_request(delta(&["rc/foo.com", "rc/bar.com"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    // One resource (rule S14), both aliases.
+    assert_eq!(r.resources.len(), 1);
+    match &r.resources[0] {
+        DeltaResource::Present { resource, aliases } => {
+            assert_eq!(resource.name, "rc/vh1");
+            assert_eq!(aliases, &names(&["rc/bar.com", "rc/foo.com"]));
+        }
+        other => panic!("expected the virtual host, got {other:?}"),
+    }
+}
+
+#[test]
+fn d10_vhds_unknown_host_and_route_configuration_change() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("rc/vh1", "1"), ("other/vh", "1")]);
+    view.alias("rc/foo.com", "rc/vh1");
+    let mut s = DeltaSubStream::new(VHDS);
+    let _ = s.handle_request(delta(&["rc/foo.com", "rc/unknown.com", "other/vh"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(r.resources.len(), 3);
+    let unknown = r.resources.iter().find(|e| e.name() == "rc/unknown.com").unwrap();
+    assert_eq!(
+        unknown,
+        &DeltaResource::Absent {
+            name: "rc/unknown.com".into(),
+            aliases: names(&["rc/unknown.com"])
+        }
+    );
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // The client got a new RouteConfiguration `rc`: its `rc/` virtual hosts are all resent.
+    s.resend_where(|name| name.starts_with("rc/"));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["rc/unknown.com", "rc/vh1"]));
+}

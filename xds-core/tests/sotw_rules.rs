@@ -1,0 +1,338 @@
+//! The SotW rules S1–S16, one test (at least) each, named after the rule.
+
+mod util;
+
+use util::*;
+use xds_core::{RequestKind, SotwSubStream, View, Wildcard};
+
+#[test]
+fn s01_sub_streams_are_independent() {
+    // A NACK of routes says nothing about clusters: each sub-stream has its own state.
+    let mut n = nonces();
+    let clusters = MemView::with(&[("c", "1")]);
+    let routes = MemView::with(&[("r", "1")]);
+    let mut cds = SotwSubStream::new(CDS);
+    let mut rds = SotwSubStream::new(RDS);
+    let _ = cds.handle_request(sotw(&[], "", ""));
+    let _ = rds.handle_request(sotw(&["r"], "", ""));
+    let c1 = cds.poll_response(&clusters, &mut n).unwrap();
+    let r1 = rds.poll_response(&routes, &mut n).unwrap();
+    assert_ne!(c1.nonce, r1.nonce);
+    let nack = rds.handle_request(sotw_nack(&["r"], "", &r1.nonce, "bad route"));
+    assert!(matches!(nack.kind, RequestKind::Nack { .. }));
+    let ack = cds.handle_request(sotw(&[], &c1.version_info, &c1.nonce));
+    assert!(matches!(ack.kind, RequestKind::Ack { .. }));
+    assert_eq!(cds.acked_version(), Some(c1.version_info.as_str()));
+    assert_eq!(rds.acked_version(), None);
+    // RDS's nonce means nothing to CDS.
+    let cross = cds.handle_request(sotw(&[], "", &r1.nonce));
+    assert!(matches!(cross.kind, RequestKind::Stale { .. }));
+}
+
+#[test]
+fn s04_ack_records_the_version() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert!(s.awaiting_ack());
+    let h = s.handle_request(sotw(&["a"], &r.version_info, &r.nonce));
+    assert_eq!(
+        h.kind,
+        RequestKind::Ack { nonce: r.nonce.clone(), version: r.version_info.clone() }
+    );
+    assert_eq!(s.acked_version(), Some(r.version_info.as_str()));
+    assert!(!s.awaiting_ack());
+}
+
+#[test]
+fn s05_nack_is_recorded_and_the_rejected_version_not_resent() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a"], "", ""));
+    let r1 = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a"], &r1.version_info, &r1.nonce));
+    view.set("a", "2");
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    let h = s.handle_request(sotw_nack(&["a"], &r1.version_info, &r2.nonce, "invalid"));
+    match h.kind {
+        RequestKind::Nack { version, error, .. } => {
+            assert_eq!(version, r1.version_info);
+            assert_eq!(error.message, "invalid");
+        }
+        other => panic!("expected a NACK, got {other:?}"),
+    }
+    // The client keeps version 1; the acked version does not move.
+    assert_eq!(s.acked_version(), Some(r1.version_info.as_str()));
+    // Nothing is resent until the resource changes again.
+    assert!(s.poll_response(&view, &mut n).is_none());
+    view.set("a", "3");
+    let r3 = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_items(&r3), [("a".into(), "3".into())]);
+}
+
+#[test]
+fn s06_no_response_at_the_current_version_with_the_same_subscription() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(CDS);
+    let _ = s.handle_request(sotw(&[], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // A change to a resource the client did not subscribe to owes it nothing.
+    let mut e = SotwSubStream::new(EDS);
+    let _ = e.handle_request(sotw(&["a"], "", ""));
+    let r = e.poll_response(&view, &mut n).unwrap();
+    let _ = e.handle_request(sotw(&["a"], &r.version_info, &r.nonce));
+    view.set("b", "2");
+    assert!(e.poll_response(&view, &mut n).is_none());
+}
+
+#[test]
+fn s07_stale_nonce_is_ignored() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let first = s.handle_request(sotw(&["a"], "", "whatever-from-another-stream"));
+    // The first request is never stale.
+    assert_eq!(first.kind, RequestKind::Initial);
+    let r1 = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a"], &r1.version_info, &r1.nonce));
+    view.set("a", "2");
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    // A request naming the older nonce (or none) is stale: no state change, no response.
+    for stale_nonce in [r1.nonce.as_str(), ""] {
+        let h = s.handle_request(sotw(&["a", "b"], "", stale_nonce));
+        assert!(matches!(h.kind, RequestKind::Stale { .. }));
+        assert!(h.subscribed.is_empty());
+        assert!(s.poll_response(&view, &mut n).is_none());
+        assert!(!s.subscription().has_name("b"));
+    }
+    let h = s.handle_request(sotw(&["a"], &r2.version_info, &r2.nonce));
+    assert!(matches!(h.kind, RequestKind::Ack { .. }));
+}
+
+#[test]
+fn s08_the_latest_request_supersedes() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1"), ("c", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    // Two requests before any response: only the latest set counts.
+    let _ = s.handle_request(sotw(&["a"], "", ""));
+    let h = s.handle_request(sotw(&["b", "c"], "", ""));
+    assert_eq!(h.unsubscribed, names(&["a"]));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["b", "c"]));
+}
+
+#[test]
+fn s09_only_requested_resources_that_exist_are_sent() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1"), ("c", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "c", "missing"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a", "c"]));
+    // An empty set means no interest.
+    let _ = s.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    assert!(s.subscription().is_empty());
+    assert!(s.poll_response(&view, &mut n).is_none());
+}
+
+#[test]
+fn s10_wildcard_legacy_and_explicit() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut legacy = SotwSubStream::new(CDS);
+    let _ = legacy.handle_request(sotw(&[], "", ""));
+    assert_eq!(legacy.subscription().wildcard(), Wildcard::Legacy);
+    let r = legacy.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a", "b"]));
+    // Naming resources without `*` ends the legacy wildcard.
+    let _ = legacy.handle_request(sotw(&["a"], &r.version_info, &r.nonce));
+    assert_eq!(legacy.subscription().wildcard(), Wildcard::None);
+
+    let mut explicit = SotwSubStream::new(CDS);
+    let _ = explicit.handle_request(sotw(&["*", "a"], "", ""));
+    assert_eq!(explicit.subscription().wildcard(), Wildcard::Explicit);
+    let r = explicit.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a", "b"]));
+    // `*` removed: only `a` now; full state means the next response carries only `a`.
+    let _ = explicit.handle_request(sotw(&["a"], &r.version_info, &r.nonce));
+    assert_eq!(explicit.subscription().wildcard(), Wildcard::None);
+}
+
+#[test]
+fn s11_full_state_types_carry_everything_others_only_changes() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut cds = SotwSubStream::new(CDS);
+    let _ = cds.handle_request(sotw(&[], "", ""));
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    let _ = cds.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    view.set("a", "2");
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_items(&r), [("a".into(), "2".into()), ("b".into(), "1".into())]);
+    let _ = cds.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    // A deletion: the next full state omits it.
+    view.delete("b");
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a"]));
+    let _ = cds.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    // Everything deleted: an empty response deletes all.
+    view.delete("a");
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    assert!(r.resources.is_empty());
+
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut eds = SotwSubStream::new(EDS);
+    let _ = eds.handle_request(sotw(&["a", "b"], "", ""));
+    let r = eds.poll_response(&view, &mut n).unwrap();
+    let _ = eds.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    view.set("a", "2");
+    let r = eds.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_items(&r), [("a".into(), "2".into())]);
+    let _ = eds.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    // A deletion of a partial-state resource is not sent: absence means nothing.
+    view.delete("b");
+    assert!(eds.poll_response(&view, &mut n).is_none());
+}
+
+#[test]
+fn s11_first_full_state_response_is_sent_even_when_empty() {
+    let mut n = nonces();
+    let view = MemView::default();
+    let mut lds = SotwSubStream::new(LDS);
+    let _ = lds.handle_request(sotw(&[], "", ""));
+    let r = lds.poll_response(&view, &mut n).unwrap();
+    assert!(r.resources.is_empty());
+    // A named full-state subscription to a missing listener learns it is absent at once.
+    let mut lds = SotwSubStream::new(LDS);
+    let _ = lds.handle_request(sotw(&["missing"], "", ""));
+    assert!(lds.poll_response(&view, &mut n).unwrap().resources.is_empty());
+}
+
+#[test]
+fn s12_newly_requested_names_are_sent_even_if_unchanged() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "b"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    let _ = s.handle_request(sotw(&["a"], &r.version_info, &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // `b` again: sent again although the client was sent it before and it did not change.
+    let h = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    assert_eq!(h.subscribed, names(&["b"]));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["b"]));
+
+    // Full state: growth of the set triggers a full response.
+    let mut cds = SotwSubStream::new(CDS);
+    let _ = cds.handle_request(sotw(&["a"], "", ""));
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    let _ = cds.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a", "b"]));
+}
+
+#[test]
+fn s13_names_that_appear_later_are_sent() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "later"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a", "later"], &r.version_info, &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    view.set("later", "1");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["later"]));
+}
+
+#[test]
+fn s14_names_are_unique_in_a_response() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(CDS);
+    // Explicit wildcard plus names that the wildcard also covers.
+    let _ = s.handle_request(sotw(&["*", "a", "a", "b"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a", "b"]));
+    let mut e = SotwSubStream::new(EDS);
+    let _ = e.handle_request(sotw(&["a", "a"], "", ""));
+    assert_eq!(sotw_names(&e.poll_response(&view, &mut n).unwrap()), names(&["a"]));
+}
+
+#[test]
+fn s15_reconnect_at_the_current_version_resends_nothing() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let current = view.version();
+    let mut s = SotwSubStream::new(CDS);
+    let h = s.handle_request(sotw(&[], &current, ""));
+    assert_eq!(h.kind, RequestKind::Initial);
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // It still gets changes.
+    let mut view2 = view.clone();
+    view2.set("a", "2");
+    let r = s.poll_response(&view2, &mut n).unwrap();
+    assert_eq!(sotw_items(&r), [("a".into(), "2".into()), ("b".into(), "1".into())]);
+
+    // A version the server no longer has: everything is sent.
+    let mut s = SotwSubStream::new(CDS);
+    let _ = s.handle_request(sotw(&[], "old", ""));
+    assert_eq!(s.poll_response(&view, &mut n).unwrap().resources.len(), 2);
+
+    // A named subscription is resent: the client may have lost an answer with the old stream.
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a"], &current, ""));
+    assert_eq!(sotw_names(&s.poll_response(&view, &mut n).unwrap()), names(&["a"]));
+}
+
+#[test]
+fn s16_versions_describe_resources_not_streams() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1")]);
+    let mut s1 = SotwSubStream::new(CDS);
+    let mut s2 = SotwSubStream::new(CDS);
+    let _ = s1.handle_request(sotw(&[], "", ""));
+    let _ = s2.handle_request(sotw(&[], "", ""));
+    let r1 = s1.poll_response(&view, &mut n).unwrap();
+    let r2 = s2.poll_response(&view, &mut nonces()).unwrap();
+    assert_eq!(r1.version_info, r2.version_info);
+    assert_eq!(r1.version_info, view.version());
+}
+
+#[test]
+fn one_response_in_flight_then_latest_wins() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a"], "", ""));
+    let r1 = s.poll_response(&view, &mut n).unwrap();
+    view.set("a", "2");
+    view.set("a", "3");
+    assert!(s.poll_response(&view, &mut n).is_none(), "waits for the ACK");
+    let _ = s.handle_request(sotw(&["a"], &r1.version_info, &r1.nonce));
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_items(&r2), [("a".into(), "3".into())]);
+}
+
+#[test]
+fn full_comparison_when_the_view_has_no_history() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    view.no_history = true;
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "b"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none());
+    view.set("b", "2");
+    assert_eq!(sotw_names(&s.poll_response(&view, &mut n).unwrap()), names(&["b"]));
+}
