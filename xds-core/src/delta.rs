@@ -7,7 +7,7 @@ use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, Reques
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
-use crate::tracker::{Held, Tracker};
+use crate::tracker::{Held, Removals, Tracker};
 
 /// One type URL on one delta stream (`DeltaAggregatedResources` or a per-type `Delta*` RPC).
 ///
@@ -21,17 +21,17 @@ use crate::tracker::{Held, Tracker};
 /// differs (rule D4), removals (D5) and does-not-exist answers (D6). It sends one response and waits
 /// for its ACK or NACK before computing the next, which then carries the newest state.
 #[derive(Clone, Debug)]
-pub struct DeltaSubStream {
+pub struct DeltaSubStream<R> {
     traits: TypeTraits,
     subscription: Subscription,
-    tracker: Tracker,
+    tracker: Tracker<R>,
     flow: Flow,
     /// Whether a response was sent: a wildcard's first response is owed even when empty, so the
     /// client knows it has everything.
     responded: bool,
 }
 
-impl DeltaSubStream {
+impl<R: Resource> DeltaSubStream<R> {
     /// A sub-stream for a type with these traits.
     pub fn new(traits: TypeTraits) -> Self {
         DeltaSubStream {
@@ -50,7 +50,7 @@ impl DeltaSubStream {
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
             for (name, version) in request.initial_resource_versions {
-                self.tracker.held.insert(name, Held::Version(version.into()));
+                self.tracker.held.insert(name, Held::Declared(version.into()));
             }
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
@@ -83,20 +83,47 @@ impl DeltaSubStream {
 
     /// The response owed to the client given the current `view`, if any.
     #[must_use = "a returned response must be sent"]
-    pub fn poll_response<V: View>(
+    pub fn poll_response<V: View<Resource = R> + ?Sized>(
         &mut self,
         view: &V,
         nonces: &mut Nonces,
-    ) -> Option<DeltaResponse<V::Resource>> {
+    ) -> Option<DeltaResponse<R>> {
+        self.poll(view, nonces, Removals::Send)
+    }
+
+    /// Like [`poll_response`](Self::poll_response), but resources the client holds that are gone
+    /// stay with it for now (rule O1: an ADS stream removes clusters and their endpoints only after
+    /// the listeners and routes that used them were updated). They are removed by a later
+    /// `poll_response`; [`has_deferred_removals`](Self::has_deferred_removals) tells when one is owed.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_response_deferring_removals<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        view: &V,
+        nonces: &mut Nonces,
+    ) -> Option<DeltaResponse<R>> {
+        self.poll(view, nonces, Removals::Defer)
+    }
+
+    /// Whether removals were put off by [`poll_response_deferring_removals`](Self::poll_response_deferring_removals).
+    pub fn has_deferred_removals(&self) -> bool {
+        !self.tracker.deferred.is_empty()
+    }
+
+    fn poll<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        view: &V,
+        nonces: &mut Nonces,
+        removals: Removals,
+    ) -> Option<DeltaResponse<R>> {
         if !self.flow.ready() {
             return None;
         }
-        let diff = self.tracker.diff(&self.subscription, self.traits, view);
+        let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
         let first_wildcard = !self.responded && self.subscription.is_wildcard();
         if diff.is_empty() && !first_wildcard {
             return None;
         }
-        let mut resources: BTreeMap<String, DeltaResource<V::Resource>> = diff
+        let mut resources: BTreeMap<String, DeltaResource<R>> = diff
             .send
             .into_iter()
             .map(|(name, (resource, aliases))| {
@@ -143,10 +170,7 @@ impl DeltaSubStream {
     /// What the client holds, by subscribed name: `Some(version)`, or `None` when it was told the
     /// name does not exist.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held.iter().map(|(name, held)| match held {
-            Held::Version(v) => (name.as_str(), Some(&**v)),
-            Held::Absent => (name.as_str(), None),
-        })
+        self.tracker.held.iter().map(|(name, held)| (name.as_str(), held.version()))
     }
 
     /// The traits of the sub-stream's type.

@@ -7,7 +7,7 @@ use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
-use crate::tracker::{Held, Tracker};
+use crate::tracker::{Held, Removals, Tracker};
 
 /// One type URL on one SotW stream (`StreamAggregatedResources` or a per-type `Stream*` RPC).
 ///
@@ -21,10 +21,10 @@ use crate::tracker::{Held, Tracker};
 /// the others get only what changed and what was newly requested. A response waits for the ACK or
 /// NACK of the previous one, and then carries the newest state.
 #[derive(Clone, Debug)]
-pub struct SotwSubStream {
+pub struct SotwSubStream<R> {
     traits: TypeTraits,
     subscription: Subscription,
-    tracker: Tracker,
+    tracker: Tracker<R>,
     flow: Flow,
     /// Whether a response was sent. A full-state or wildcard sub-stream's first response is owed
     /// even when empty: it tells the client that nothing exists.
@@ -35,7 +35,7 @@ pub struct SotwSubStream {
     last_sent_version: Option<String>,
 }
 
-impl SotwSubStream {
+impl<R: Resource> SotwSubStream<R> {
     /// A sub-stream for a type with these traits.
     pub fn new(traits: TypeTraits) -> Self {
         SotwSubStream {
@@ -101,11 +101,38 @@ impl SotwSubStream {
 
     /// The response owed to the client given the current `view`, if any.
     #[must_use = "a returned response must be sent"]
-    pub fn poll_response<V: View>(
+    pub fn poll_response<V: View<Resource = R> + ?Sized>(
         &mut self,
         view: &V,
         nonces: &mut Nonces,
-    ) -> Option<SotwResponse<V::Resource>> {
+    ) -> Option<SotwResponse<R>> {
+        self.poll(view, nonces, Removals::Send)
+    }
+
+    /// Like [`poll_response`](Self::poll_response), but resources the client holds that are gone
+    /// stay in a full-state response for now (rule O1: an ADS stream removes clusters only after
+    /// the listeners and routes that used them were updated). A later `poll_response` removes
+    /// them; [`has_deferred_removals`](Self::has_deferred_removals) tells when one is owed.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_response_deferring_removals<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        view: &V,
+        nonces: &mut Nonces,
+    ) -> Option<SotwResponse<R>> {
+        self.poll(view, nonces, Removals::Defer)
+    }
+
+    /// Whether removals were put off by [`poll_response_deferring_removals`](Self::poll_response_deferring_removals).
+    pub fn has_deferred_removals(&self) -> bool {
+        !self.tracker.deferred.is_empty()
+    }
+
+    fn poll<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        view: &V,
+        nonces: &mut Nonces,
+        removals: Removals,
+    ) -> Option<SotwResponse<R>> {
         if !self.flow.ready() {
             return None;
         }
@@ -114,7 +141,7 @@ impl SotwSubStream {
         {
             return None;
         }
-        let diff = self.tracker.diff(&self.subscription, self.traits, view);
+        let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
         let owed_first =
             !self.responded && (self.traits.full_state || self.subscription.is_wildcard());
         let resources = if self.traits.full_state {
@@ -139,13 +166,13 @@ impl SotwSubStream {
     /// Only trusted for a wildcard subscription of a full-state type, where that version's
     /// responses carried every resource. For named subscriptions the client may have asked for a
     /// name on the old stream and lost the answer with it; it is sent everything again.
-    fn resume<V: View>(&mut self, version: &str, view: &V) -> bool {
+    fn resume<V: View<Resource = R> + ?Sized>(&mut self, version: &str, view: &V) -> bool {
         let resumable = self.traits.full_state && self.subscription.is_wildcard();
         if !resumable || view.version() != version {
             return false;
         }
         view.for_each(&mut |r| {
-            self.tracker.held.insert(r.name().to_owned(), Held::Version(r.version().into()));
+            self.tracker.held.insert(r.name().to_owned(), Held::Sent(r.clone()));
         });
         self.tracker.forced.clear();
         self.tracker.synced = Some(view.revision());
@@ -154,8 +181,14 @@ impl SotwSubStream {
     }
 
     /// Every subscribed resource that exists, by name, each once (rules S11, S14).
-    fn full_state<V: View>(&mut self, view: &V) -> Vec<V::Resource> {
+    fn full_state<V: View<Resource = R> + ?Sized>(&mut self, view: &V) -> Vec<R> {
         let mut all = BTreeMap::new();
+        // Removals put off (rule O1) stay in the full state, as the client last got them.
+        for name in &self.tracker.deferred {
+            if let Some(Held::Sent(r)) = self.tracker.held.get(name) {
+                all.insert(name.clone(), r.clone());
+            }
+        }
         if self.subscription.is_wildcard() {
             view.for_each(&mut |r| {
                 all.insert(r.name().to_owned(), r.clone());
@@ -169,7 +202,7 @@ impl SotwSubStream {
             }
         }
         for (name, r) in &all {
-            self.tracker.held.insert(name.clone(), Held::Version(r.version().into()));
+            self.tracker.held.insert(name.clone(), Held::Sent(r.clone()));
         }
         all.into_values().collect()
     }
@@ -201,10 +234,7 @@ impl SotwSubStream {
 
     /// The versions of the resources the client was sent, by name.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held.iter().map(|(name, held)| match held {
-            Held::Version(v) => (name.as_str(), Some(&**v)),
-            Held::Absent => (name.as_str(), None),
-        })
+        self.tracker.held.iter().map(|(name, held)| (name.as_str(), held.version()))
     }
 
     /// The traits of the sub-stream's type.

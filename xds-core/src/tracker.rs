@@ -7,22 +7,57 @@ use crate::subscription::Subscription;
 
 /// What the client holds under one subscribed name.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Held {
-    /// The resource at this version (sent to the client, or declared by it on reconnect).
-    Version(Box<str>),
+pub(crate) enum Held<R> {
+    /// The resource as it was sent. Keeping the handle (a pointer) costs less than a copy of its
+    /// version string and lets a removal be put off while the resource is still in use (rule O1).
+    Sent(R),
+    /// A version the client declared on reconnect (rule D7), of a resource this stream never sent.
+    Declared(Box<str>),
     /// The client was told (delta) or may conclude (SotW full state) that the name does not exist.
     Absent,
 }
 
+impl<R: Resource> Held<R> {
+    pub(crate) fn version(&self) -> Option<&str> {
+        match self {
+            Held::Sent(r) => Some(r.version()),
+            Held::Declared(v) => Some(v),
+            Held::Absent => None,
+        }
+    }
+}
+
+/// Whether a response may remove resources now (rule O1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Removals {
+    /// Send removals with everything else.
+    Send,
+    /// Keep removed resources with the client for now; they are looked at again next time.
+    Defer,
+}
+
 /// The client's side of one sub-stream, and how far the core has compared it with the view.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Tracker {
+#[derive(Clone, Debug)]
+pub(crate) struct Tracker<R> {
     /// Per subscribed name (or alias, or wildcard-delivered name): what the client holds.
-    pub(crate) held: BTreeMap<String, Held>,
+    pub(crate) held: BTreeMap<String, Held<R>>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
     pub(crate) forced: BTreeSet<String>,
+    /// Removals put off by [`Removals::Defer`], to look at again.
+    pub(crate) deferred: BTreeSet<String>,
     /// The view revision the held state was last compared at; `None`: compare everything.
     pub(crate) synced: Option<u64>,
+}
+
+impl<R> Default for Tracker<R> {
+    fn default() -> Self {
+        Tracker {
+            held: BTreeMap::new(),
+            forced: BTreeSet::new(),
+            deferred: BTreeSet::new(),
+            synced: None,
+        }
+    }
 }
 
 /// The outcome of comparing the client's state with a view. The tracker is already updated as if
@@ -43,19 +78,21 @@ impl<R> Diff<R> {
     }
 }
 
-impl Tracker {
+impl<R: Resource> Tracker<R> {
     /// Forgets held state for a name that left the subscription (the client drops it itself),
     /// unless a wildcard still covers it.
     pub(crate) fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
         self.forced.remove(name);
         if !sub.is_wildcard() {
             self.held.remove(name);
+            self.deferred.remove(name);
         }
     }
 
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
     pub(crate) fn wildcard_left(&mut self, sub: &Subscription) {
         self.held.retain(|name, _| sub.has_name(name));
+        self.deferred.retain(|name| sub.has_name(name));
     }
 
     /// Marks subscribed names for resending, whatever the client holds (rule D10: after a
@@ -70,23 +107,25 @@ impl Tracker {
 
     /// Compares what the client holds with `view` for subscription `sub` and records the result as
     /// sent. Looks only at what changed since the last comparison when the view can tell.
-    pub(crate) fn diff<V: View>(
+    pub(crate) fn diff<V: View<Resource = R> + ?Sized>(
         &mut self,
         sub: &Subscription,
         traits: TypeTraits,
         view: &V,
-    ) -> Diff<V::Resource> {
+        removals: Removals,
+    ) -> Diff<R> {
         let candidates = self.candidates(sub, traits, view);
+        self.deferred.clear();
         let mut diff = Diff { send: BTreeMap::new(), removed: Vec::new(), absent: Vec::new() };
         for name in candidates {
-            self.compare(&name, sub, traits, view, &mut diff);
+            self.compare(&name, sub, traits, view, removals, &mut diff);
         }
         self.forced.clear();
         self.synced = Some(view.revision());
         diff
     }
 
-    fn candidates<V: View>(
+    fn candidates<V: View<Resource = R> + ?Sized>(
         &self,
         sub: &Subscription,
         traits: TypeTraits,
@@ -114,16 +153,18 @@ impl Tracker {
             names.extend(sub.names().iter().cloned());
         }
         names.extend(self.forced.iter().cloned());
+        names.extend(self.deferred.iter().cloned());
         names
     }
 
-    fn compare<V: View>(
+    fn compare<V: View<Resource = R> + ?Sized>(
         &mut self,
         name: &str,
         sub: &Subscription,
         traits: TypeTraits,
         view: &V,
-        diff: &mut Diff<V::Resource>,
+        removals: Removals,
+        diff: &mut Diff<R>,
     ) {
         let explicit = sub.has_name(name);
         let direct = view.get(name);
@@ -136,10 +177,9 @@ impl Tracker {
         let forced = self.forced.contains(name);
         match found {
             Some((resource, via_alias)) if interested => {
-                let current = self.held.get(name);
-                let same = matches!(current, Some(Held::Version(v)) if **v == *resource.version());
-                if forced || !same {
-                    self.held.insert(name.to_owned(), Held::Version(resource.version().into()));
+                let held = self.held.get(name).and_then(Held::version);
+                if forced || held != Some(resource.version()) {
+                    self.held.insert(name.to_owned(), Held::Sent(resource.clone()));
                     let entry = diff
                         .send
                         .entry(resource.name().to_owned())
@@ -154,7 +194,10 @@ impl Tracker {
                 self.held.remove(name);
             }
             None => match self.held.get(name) {
-                Some(Held::Version(_)) => {
+                Some(Held::Sent(_) | Held::Declared(_)) if removals == Removals::Defer => {
+                    self.deferred.insert(name.to_owned());
+                }
+                Some(Held::Sent(_) | Held::Declared(_)) => {
                     diff.removed.push(name.to_owned());
                     if explicit {
                         self.held.insert(name.to_owned(), Held::Absent);

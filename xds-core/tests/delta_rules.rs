@@ -13,7 +13,7 @@ fn started(
     sub: &[&str],
     view: &MemView,
     n: &mut xds_core::Nonces,
-) -> DeltaSubStream {
+) -> DeltaSubStream<Res> {
     let mut s = DeltaSubStream::new(traits);
     let _ = s.handle_request(delta(sub, &[], ""));
     if let Some(r) = s.poll_response(view, n) {
@@ -241,4 +241,22 @@ fn d10_vhds_unknown_host_and_route_configuration_change() {
     s.resend_where(|name| name.starts_with("rc/"));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(delta_names(&r), names(&["rc/unknown.com", "rc/vh1"]));
+}
+
+#[test]
+fn o1_delta_removals_can_wait_for_the_routes() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("keep", "1"), ("old", "1")]);
+    let mut s = started(CDS, &[], &view, &mut n);
+    view.set("new", "1");
+    view.delete("old");
+    let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["new"]));
+    assert!(r.removed_resources.is_empty());
+    assert!(s.has_deferred_removals());
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, names(&["old"]));
+    assert!(!s.has_deferred_removals());
 }

@@ -336,3 +336,26 @@ fn full_comparison_when_the_view_has_no_history() {
     view.set("b", "2");
     assert_eq!(sotw_names(&s.poll_response(&view, &mut n).unwrap()), names(&["b"]));
 }
+
+#[test]
+fn o1_cluster_removal_can_wait_for_the_routes() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("keep", "1"), ("old", "1")]);
+    let mut cds = SotwSubStream::new(CDS);
+    let _ = cds.handle_request(sotw(&[], "", ""));
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    let _ = cds.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    // One update adds `new` and removes `old`: the addition goes now, `old` stays for now.
+    view.set("new", "1");
+    view.delete("old");
+    let r = cds.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["keep", "new", "old"]));
+    assert!(cds.has_deferred_removals());
+    let _ = cds.handle_request(sotw(&[], &r.version_info, &r.nonce));
+    // Still deferring: nothing new to say.
+    assert!(cds.poll_response_deferring_removals(&view, &mut n).is_none());
+    // Routes updated: now the removal.
+    let r = cds.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["keep", "new"]));
+    assert!(!cds.has_deferred_removals());
+}
