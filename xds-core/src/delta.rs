@@ -115,7 +115,7 @@ impl<R: Resource> DeltaSubStream<R> {
         nonces: &mut Nonces,
         removals: Removals,
     ) -> Option<DeltaResponse<R>> {
-        if !self.flow.ready() {
+        if !self.flow.ready() || !view.is_ready() {
             return None;
         }
         let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);

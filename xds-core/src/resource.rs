@@ -23,6 +23,13 @@ pub trait View {
     /// The resource handle.
     type Resource: Resource;
 
+    /// Whether the view has data to serve. A view that is not ready (a node group whose first
+    /// snapshot is not set yet) owes nothing: no response is computed from it, so a client is never
+    /// told that everything was deleted because the server had not yet loaded its configuration.
+    fn is_ready(&self) -> bool {
+        true
+    }
+
     /// A number that grows whenever a resource of the view is created, changed or deleted.
     fn revision(&self) -> u64;
 

@@ -133,7 +133,7 @@ impl<R: Resource> SotwSubStream<R> {
         nonces: &mut Nonces,
         removals: Removals,
     ) -> Option<SotwResponse<R>> {
-        if !self.flow.ready() {
+        if !self.flow.ready() || !view.is_ready() {
             return None;
         }
         if let Some(version) = self.reconnect_version.take()

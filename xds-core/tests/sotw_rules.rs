@@ -359,3 +359,16 @@ fn o1_cluster_removal_can_wait_for_the_routes() {
     assert_eq!(sotw_names(&r), names(&["keep", "new"]));
     assert!(!cds.has_deferred_removals());
 }
+
+#[test]
+fn nothing_is_sent_from_a_view_that_is_not_ready() {
+    let mut n = nonces();
+    let mut view = MemView { not_ready: true, ..MemView::default() };
+    let mut cds = SotwSubStream::new(CDS);
+    let _ = cds.handle_request(sotw(&[], "", ""));
+    // An empty full state would delete every cluster the client has: wait for data.
+    assert!(cds.poll_response(&view, &mut n).is_none());
+    view.not_ready = false;
+    view.set("a", "1");
+    assert_eq!(sotw_names(&cds.poll_response(&view, &mut n).unwrap()), names(&["a"]));
+}

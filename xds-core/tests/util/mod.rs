@@ -33,6 +33,8 @@ pub struct MemView {
     pub log: Vec<(u64, String)>,
     /// When false, `changed_since` answers "cannot tell", forcing full comparisons.
     pub no_history: bool,
+    /// When true, the view has no data yet.
+    pub not_ready: bool,
 }
 
 impl MemView {
@@ -65,6 +67,9 @@ impl MemView {
 
 impl View for MemView {
     type Resource = Res;
+    fn is_ready(&self) -> bool {
+        !self.not_ready
+    }
     fn revision(&self) -> u64 {
         self.revision
     }

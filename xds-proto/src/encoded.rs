@@ -1,0 +1,232 @@
+//! Encode-once resources: the bytes every stream shares, with a content-hash version.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::canonical::canonical_bytes;
+use crate::pb::google::protobuf::Any;
+use crate::resource::XdsResource;
+use crate::resource_type::TypeUrl;
+
+/// A resource encoded once, shared by every stream and node group that serves it.
+///
+/// Cloning is a reference-count increment. The bytes are the canonical encoding of the message
+/// (map entries sorted, see [`canonical_bytes`]), so equal content gives equal bytes and an equal
+/// version in every process and on every replica (rule S16), whatever order its maps were built in.
+#[derive(Clone)]
+pub struct EncodedResource(Arc<Inner>);
+
+struct Inner {
+    type_url: TypeUrl,
+    name: Box<str>,
+    version: Box<str>,
+    value: Bytes,
+    ttl: Option<Duration>,
+}
+
+/// Why a message could not become an [`EncodedResource`].
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The message has no name field of its own and none was given (an LEDS `LbEndpoint`).
+    #[error("a {type_url} resource carries no name: give one with `EncodedResource::named`")]
+    MissingName {
+        /// The resource's type URL.
+        type_url: String,
+    },
+    /// The resource's name is empty.
+    #[error("a {type_url} resource has an empty name")]
+    EmptyName {
+        /// The resource's type URL.
+        type_url: String,
+    },
+}
+
+impl EncodedResource {
+    /// Encodes a resource named by its own name field (`cluster_name` for a ClusterLoadAssignment).
+    pub fn new<M: XdsResource>(message: &M) -> Result<Self, EncodeError> {
+        let name = message
+            .resource_name()
+            .ok_or_else(|| EncodeError::MissingName { type_url: M::type_url() })?;
+        Self::named(name, message)
+    }
+
+    /// Encodes a resource under an explicit name (for messages without a name field).
+    pub fn named<M: XdsResource>(name: &str, message: &M) -> Result<Self, EncodeError> {
+        Self::from_encoded(TypeUrl::of::<M>(), name, &message.encode_to_vec())
+    }
+
+    /// Wraps bytes already encoded as a message of `type_url` (from an `Any`, a file, another
+    /// cache). The bytes are canonicalized before hashing, so the version does not depend on how
+    /// the producer ordered its map entries.
+    pub fn from_encoded(
+        type_url: TypeUrl,
+        name: &str,
+        encoded: &[u8],
+    ) -> Result<Self, EncodeError> {
+        if name.is_empty() {
+            return Err(EncodeError::EmptyName { type_url: type_url.as_str().to_owned() });
+        }
+        let canonical = canonical_bytes(type_url.message_name(), encoded);
+        let version = content_version(&canonical);
+        Ok(EncodedResource(Arc::new(Inner {
+            type_url,
+            name: name.into(),
+            version,
+            value: Bytes::copy_from_slice(&canonical),
+            ttl: None,
+        })))
+    }
+
+    /// The same resource with a time to live: clients drop it unless a response or a heartbeat
+    /// renews it in time (`Resource.ttl`). The TTL does not change the version.
+    #[must_use]
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        let inner = &self.0;
+        EncodedResource(Arc::new(Inner {
+            type_url: inner.type_url.clone(),
+            name: inner.name.clone(),
+            version: inner.version.clone(),
+            value: inner.value.clone(),
+            ttl: Some(ttl),
+        }))
+    }
+
+    /// The resource's name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The content-hash version: 16 lower-case hex digits of the XXH3-64 of the canonical bytes.
+    pub fn version(&self) -> &str {
+        &self.0.version
+    }
+
+    /// The resource's type.
+    pub fn type_url(&self) -> &TypeUrl {
+        &self.0.type_url
+    }
+
+    /// The canonical encoding of the message (the `value` of its `Any`).
+    pub fn value(&self) -> &Bytes {
+        &self.0.value
+    }
+
+    /// The time to live, if any.
+    pub fn ttl(&self) -> Option<Duration> {
+        self.0.ttl
+    }
+
+    /// The resource as a `google.protobuf.Any` (copies the bytes; the server's send path does not
+    /// use this).
+    pub fn to_any(&self) -> Any {
+        Any { type_url: self.0.type_url.as_str().to_owned(), value: self.0.value.to_vec() }
+    }
+
+    /// Decodes the resource back into its message type.
+    pub fn decode<M: Message + Default>(&self) -> Result<M, prost::DecodeError> {
+        M::decode(self.0.value.clone())
+    }
+
+    /// Whether two handles share the same allocation (no re-encode happened between them).
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl PartialEq for EncodedResource {
+    /// Equal when type, name, version and TTL are equal: the version is a hash of the content.
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other)
+            || (self.0.type_url == other.0.type_url
+                && self.0.name == other.0.name
+                && self.0.version == other.0.version
+                && self.0.ttl == other.0.ttl)
+    }
+}
+
+impl Eq for EncodedResource {}
+
+impl fmt::Debug for EncodedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EncodedResource")
+            .field("type_url", &self.0.type_url.as_str())
+            .field("name", &self.0.name)
+            .field("version", &self.0.version)
+            .field("bytes", &self.0.value.len())
+            .field("ttl", &self.0.ttl)
+            .finish()
+    }
+}
+
+impl xds_core::Resource for EncodedResource {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn version(&self) -> &str {
+        &self.0.version
+    }
+}
+
+/// The version string of canonical bytes: XXH3-64 is stable across processes, platforms and
+/// releases of the `xxhash-rust` crate (it is a specified algorithm), unlike `std`'s hashers.
+fn content_version(canonical: &[u8]) -> Box<str> {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(canonical)).into_boxed_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::cluster::v3::Cluster;
+    use crate::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LbEndpoint};
+    use crate::resource_type::ResourceType;
+
+    #[test]
+    fn s16_equal_content_gives_equal_version() {
+        let a = EncodedResource::new(&Cluster { name: "c".into(), ..Default::default() }).unwrap();
+        let b = EncodedResource::new(&Cluster { name: "c".into(), ..Default::default() }).unwrap();
+        assert_eq!(a.version(), b.version());
+        assert_eq!(a.version().len(), 16);
+        assert!(!a.ptr_eq(&b));
+        assert_eq!(a, b);
+        let c = EncodedResource::new(&Cluster {
+            name: "c".into(),
+            alt_stat_name: "x".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_ne!(a.version(), c.version());
+    }
+
+    #[test]
+    fn names_come_from_the_message_or_the_caller() {
+        let cla = ClusterLoadAssignment { cluster_name: "backend".into(), ..Default::default() };
+        let r = EncodedResource::new(&cla).unwrap();
+        assert_eq!(r.name(), "backend");
+        assert_eq!(r.type_url().builtin(), Some(ResourceType::ClusterLoadAssignment));
+        assert_eq!(r.decode::<ClusterLoadAssignment>().unwrap(), cla);
+        assert!(matches!(
+            EncodedResource::new(&LbEndpoint::default()),
+            Err(EncodeError::MissingName { .. })
+        ));
+        let ep = EncodedResource::named("xdstp://x/ep/1", &LbEndpoint::default()).unwrap();
+        assert_eq!(ep.name(), "xdstp://x/ep/1");
+        assert!(matches!(
+            EncodedResource::new(&Cluster::default()),
+            Err(EncodeError::EmptyName { .. })
+        ));
+    }
+
+    #[test]
+    fn ttl_does_not_change_the_version() {
+        let r = EncodedResource::new(&Cluster { name: "c".into(), ..Default::default() }).unwrap();
+        let t = r.clone().with_ttl(Duration::from_secs(5));
+        assert_eq!(r.version(), t.version());
+        assert_eq!(t.ttl(), Some(Duration::from_secs(5)));
+        assert_ne!(r, t);
+    }
+}

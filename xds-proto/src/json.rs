@@ -1,0 +1,391 @@
+//! proto3 canonical JSON and YAML for every message in the [`descriptor_pool`].
+//!
+//! Messages are transcoded through `prost-reflect`'s `DynamicMessage` and its serde support:
+//!
+//! - output is [proto3 canonical JSON](https://protobuf.dev/programming-guides/json/):
+//!   lowerCamelCase field names, default values left out, enums as names, 64-bit integers as
+//!   strings, well-known types in their special forms (`"5s"` for a `Duration`, plain JSON for a
+//!   `Struct`), and every `google.protobuf.Any` as an object whose `@type` names the packed type
+//!   next to that type's own fields, as in Envoy's YAML;
+//! - input accepts both the proto field names (`snake_case`, Envoy's YAML style) and the JSON
+//!   names (lowerCamelCase), and rejects unknown fields: a typo fails with an error naming its
+//!   path, such as `resources[0].filter_chains[0].filters[0].typed_config.route_config.
+//!   virtual_hosts[0].domainz: unknown field`.
+//!
+//! YAML is read into JSON first (with `<<` merge keys applied), so both go through the same
+//! path and give the same errors.
+//!
+//! Messages decoded from JSON are passed through [`canonical_bytes`] before prost decodes them,
+//! so the `value` bytes of every `Any` they contain do not depend on map iteration order: the
+//! same document always gives the same message.
+
+use prost::{Message, Name};
+use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, SerializeOptions};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::canonical::canonical_bytes;
+use crate::descriptor::descriptor_pool;
+use crate::pb::google::protobuf::Any;
+
+/// Why a message could not be read from or written to JSON or YAML.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// The text is not well-formed JSON or YAML.
+    #[error("syntax error: {message}")]
+    Syntax {
+        /// The parser's message (which repeats the position when it has one).
+        message: String,
+        /// The line of the error (1-based), when known.
+        line: Option<usize>,
+        /// The column of the error (1-based), when known.
+        column: Option<usize>,
+    },
+    /// The document does not fit the message's schema: an unknown field, a value of the wrong
+    /// type, an out-of-range number, an unknown enum value, ...
+    #[error("{}", located(.path, .message))]
+    Schema {
+        /// The path of the offending field, e.g. `virtual_hosts[0].domainz` (empty at the top).
+        path: String,
+        /// What is wrong with it, e.g. `unknown field`.
+        message: String,
+    },
+    /// An `Any`'s `@type` (or `type_url`) names a type that is not in the descriptor pool.
+    #[error("{}", located(.path, &format!("unknown @type `{}`", .type_name)))]
+    UnknownType {
+        /// The path of the `Any` (empty at the top).
+        path: String,
+        /// The type URL or message name that is not known.
+        type_name: String,
+    },
+    /// An object standing for an `Any` has no `@type`.
+    #[error("{}", located(.path, "missing @type"))]
+    MissingType {
+        /// The path of the `Any` (empty at the top).
+        path: String,
+    },
+    /// The Rust message type has no descriptor in the pool (it is not an Envoy/xDS message).
+    #[error("message type `{name}` is not in the descriptor pool")]
+    NotInPool {
+        /// The message's full name.
+        name: String,
+    },
+    /// The message's bytes do not match its descriptor, or the JSON value cannot be written out
+    /// as YAML. Not expected for the generated types.
+    #[error("cannot transcode `{name}`: {message}")]
+    Transcode {
+        /// The message's full name (or `yaml`).
+        name: String,
+        /// The underlying error.
+        message: String,
+    },
+}
+
+/// `path: message`, or just `message` at the top level.
+fn located(path: &str, message: &str) -> String {
+    if path.is_empty() { message.to_owned() } else { format!("{path}: {message}") }
+}
+
+/// The proto3 canonical JSON of `msg` (`Any`s rendered with `@type`).
+pub fn to_json<M: Message + Name>(msg: &M) -> Result<Value, JsonError> {
+    let descriptor = message_descriptor(&M::full_name())?;
+    encoded_to_json(descriptor, &msg.encode_to_vec())
+}
+
+/// Reads a message from its proto3 JSON form (field names in `snake_case` or lowerCamelCase,
+/// `Any`s with `@type`). Unknown fields are errors.
+pub fn from_json<M: Message + Name + Default>(value: &Value) -> Result<M, JsonError> {
+    let name = M::full_name();
+    let descriptor = message_descriptor(&name)?;
+    let encoded = json_to_encoded(descriptor, value)?;
+    let canonical = canonical_bytes(&name, &encoded);
+    M::decode(canonical.as_ref()).map_err(|e| JsonError::Transcode { name, message: e.to_string() })
+}
+
+/// Reads a message from JSON text; see [`from_json`].
+pub fn from_json_str<M: Message + Name + Default>(json: &str) -> Result<M, JsonError> {
+    let value: Value = serde_json::from_str(json).map_err(|e| JsonError::Syntax {
+        message: e.to_string(),
+        line: (e.line() > 0).then_some(e.line()),
+        column: (e.column() > 0).then_some(e.column()),
+    })?;
+    from_json(&value)
+}
+
+/// Reads a message from YAML text (Envoy's configuration style); see [`from_json`]. The YAML is
+/// converted to JSON first, applying `<<` merge keys.
+pub fn from_yaml_str<M: Message + Name + Default>(yaml: &str) -> Result<M, JsonError> {
+    from_json(&yaml_to_json(yaml)?)
+}
+
+/// The YAML form of [`to_json`]'s output.
+pub fn to_yaml_string<M: Message + Name>(msg: &M) -> Result<String, JsonError> {
+    let value = to_json(msg)?;
+    serde_yaml::to_string(&value)
+        .map_err(|e| JsonError::Transcode { name: "yaml".to_owned(), message: e.to_string() })
+}
+
+/// Packs a JSON object with an `@type` (and the fields of that type) into an `Any`, as found in
+/// Envoy's `typed_config`. The packed bytes are canonical ([`canonical_bytes`]).
+pub fn any_from_json(value: &Value) -> Result<Any, JsonError> {
+    from_json::<Any>(value)
+}
+
+/// The JSON form of an `Any`: `{"@type": <type URL>, ...fields of the packed message}` (a
+/// well-known type packs as `{"@type": ..., "value": ...}`).
+pub fn any_to_json(any: &Any) -> Result<Value, JsonError> {
+    to_json(any)
+}
+
+/// The descriptor of the message named `name`.
+fn message_descriptor(name: &str) -> Result<MessageDescriptor, JsonError> {
+    descriptor_pool()
+        .get_message_by_name(name)
+        .ok_or_else(|| JsonError::NotInPool { name: name.to_owned() })
+}
+
+/// Serializes a message with the canonical proto3 JSON options.
+struct Canonical<'a>(&'a DynamicMessage);
+
+impl Serialize for Canonical<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        const OPTIONS: SerializeOptions = SerializeOptions::new()
+            .stringify_64_bit_integers(true)
+            .use_enum_numbers(false)
+            .use_proto_field_name(false)
+            .skip_default_fields(true);
+        self.0.serialize_with_options(serializer, &OPTIONS)
+    }
+}
+
+/// The JSON of `encoded`, a message of type `descriptor`.
+fn encoded_to_json(descriptor: MessageDescriptor, encoded: &[u8]) -> Result<Value, JsonError> {
+    let name = descriptor.full_name().to_owned();
+    let message = DynamicMessage::decode(descriptor, encoded)
+        .map_err(|e| JsonError::Transcode { name, message: e.to_string() })?;
+    serde_path_to_error::serialize(&Canonical(&message), serde_json::value::Serializer)
+        .map_err(|e| classify(e.path(), e.inner().to_string()))
+}
+
+/// The encoding of the message of type `descriptor` that `value` stands for.
+fn json_to_encoded(descriptor: MessageDescriptor, value: &Value) -> Result<Vec<u8>, JsonError> {
+    const OPTIONS: DeserializeOptions = DeserializeOptions::new().deny_unknown_fields(true);
+    let mut track = serde_path_to_error::Track::new();
+    let deserializer = serde_path_to_error::Deserializer::new(value, &mut track);
+    match DynamicMessage::deserialize_with_options(descriptor, deserializer, &OPTIONS) {
+        Ok(message) => Ok(message.encode_to_vec()),
+        Err(e) => Err(classify(&track.path(), e.to_string())),
+    }
+}
+
+/// Sorts a `prost-reflect` serde error into a [`JsonError`] variant.
+fn classify(path: &serde_path_to_error::Path, message: String) -> JsonError {
+    let path = match path.to_string() {
+        root if root == "." => String::new(),
+        path => path,
+    };
+    let quoted = |prefix: &str, suffix: &str| {
+        message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split_once(suffix))
+            .map(|(name, _)| name.to_owned())
+    };
+    if let Some(field) = quoted("unrecognized field name '", "'") {
+        let path = if path.is_empty() { field } else { format!("{path}.{field}") };
+        return JsonError::Schema { path, message: "unknown field".to_owned() };
+    }
+    if let Some(type_name) =
+        quoted("message '", "' not found").or_else(|| quoted("unsupported type url '", "'"))
+    {
+        return JsonError::UnknownType { path, type_name };
+    }
+    if message == "expected '@type' field" {
+        return JsonError::MissingType { path };
+    }
+    JsonError::Schema { path, message }
+}
+
+/// Parses YAML into JSON, applying `<<` merge keys.
+fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
+    let syntax = |e: serde_yaml::Error| JsonError::Syntax {
+        line: e.location().map(|l| l.line()),
+        column: e.location().map(|l| l.column()),
+        message: e.to_string(),
+    };
+    let mut value: serde_yaml::Value = serde_yaml::from_str(yaml).map_err(syntax)?;
+    value.apply_merge().map_err(syntax)?;
+    yaml_value_to_json(value)
+}
+
+/// Converts a YAML value to JSON. Scalar keys that are not strings (`80:`, `true:`, `null:`)
+/// become their text, as in Envoy's own YAML loader; `.nan` and `.inf` become the proto3 JSON
+/// strings `"NaN"` and `"Infinity"`; tags are dropped.
+fn yaml_value_to_json(value: serde_yaml::Value) -> Result<Value, JsonError> {
+    use serde_yaml::Value as Yaml;
+    Ok(match value {
+        Yaml::Null => Value::Null,
+        Yaml::Bool(b) => Value::Bool(b),
+        Yaml::Number(n) => yaml_number_to_json(&n),
+        Yaml::String(s) => Value::String(s),
+        Yaml::Sequence(items) => {
+            Value::Array(items.into_iter().map(yaml_value_to_json).collect::<Result<_, _>>()?)
+        }
+        Yaml::Mapping(entries) => {
+            let mut object = serde_json::Map::with_capacity(entries.len());
+            for (key, value) in entries {
+                let key = match key {
+                    Yaml::String(s) => s,
+                    Yaml::Null => "null".to_owned(),
+                    Yaml::Bool(b) => b.to_string(),
+                    Yaml::Number(n) => n.to_string(),
+                    other => {
+                        return Err(JsonError::Syntax {
+                            message: format!("a mapping key must be a scalar, not {other:?}"),
+                            line: None,
+                            column: None,
+                        });
+                    }
+                };
+                object.insert(key, yaml_value_to_json(value)?);
+            }
+            Value::Object(object)
+        }
+        Yaml::Tagged(tagged) => yaml_value_to_json(tagged.value)?,
+    })
+}
+
+/// A YAML number as JSON (non-finite floats as their proto3 JSON strings).
+fn yaml_number_to_json(n: &serde_yaml::Number) -> Value {
+    if let Some(i) = n.as_i64() {
+        Value::from(i)
+    } else if let Some(u) = n.as_u64() {
+        Value::from(u)
+    } else {
+        let f = n.as_f64().unwrap_or(f64::NAN);
+        serde_json::Number::from_f64(f).map_or_else(
+            || {
+                Value::String(
+                    if f.is_nan() {
+                        "NaN"
+                    } else if f > 0.0 {
+                        "Infinity"
+                    } else {
+                        "-Infinity"
+                    }
+                    .to_owned(),
+                )
+            },
+            Value::Number,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::core::v3::{Address, SocketAddress, socket_address};
+    use crate::pb::google::protobuf::Duration;
+    use serde_json::json;
+
+    fn address(port: u32) -> Address {
+        Address {
+            address: Some(crate::pb::envoy::config::core::v3::address::Address::SocketAddress(
+                SocketAddress {
+                    address: "127.0.0.1".to_owned(),
+                    port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                    ..Default::default()
+                },
+            )),
+        }
+    }
+
+    #[test]
+    fn output_is_canonical_proto3_json() {
+        let json = to_json(&address(8080)).unwrap();
+        assert_eq!(json, json!({"socketAddress": {"address": "127.0.0.1", "portValue": 8080}}));
+        let duration = Duration { seconds: 5, nanos: 0 };
+        assert_eq!(to_json(&duration).unwrap(), json!("5s"));
+    }
+
+    #[test]
+    fn input_accepts_both_field_name_styles() {
+        let snake: Address =
+            from_json(&json!({"socket_address": {"address": "127.0.0.1", "port_value": 8080}}))
+                .unwrap();
+        let camel: Address =
+            from_json(&json!({"socketAddress": {"address": "127.0.0.1", "portValue": 8080}}))
+                .unwrap();
+        assert_eq!(snake, address(8080));
+        assert_eq!(camel, address(8080));
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        let err = from_json::<Address>(&json!({"socket_address": {"adress": "x"}})).unwrap_err();
+        assert_eq!(
+            err,
+            JsonError::Schema {
+                path: "socket_address.adress".to_owned(),
+                message: "unknown field".to_owned()
+            }
+        );
+        assert_eq!(err.to_string(), "socket_address.adress: unknown field");
+
+        let err = from_json::<Address>(&json!({"bogus": 1})).unwrap_err();
+        assert_eq!(err.to_string(), "bogus: unknown field");
+
+        let err = any_from_json(&json!({"@type": "type.googleapis.com/no.Such"})).unwrap_err();
+        assert_eq!(
+            err,
+            JsonError::UnknownType { path: String::new(), type_name: "no.Such".to_owned() }
+        );
+        let err = any_from_json(&json!({"address": "x"})).unwrap_err();
+        assert_eq!(err, JsonError::MissingType { path: String::new() });
+        assert_eq!(err.to_string(), "missing @type");
+
+        let err = from_json_str::<Address>("{\"socket_address\": ").unwrap_err();
+        assert!(matches!(err, JsonError::Syntax { line: Some(1), .. }), "{err:?}");
+    }
+
+    #[test]
+    fn any_round_trips_with_type() {
+        let any = Any { type_url: Address::type_url(), value: address(9000).encode_to_vec() };
+        let json = any_to_json(&any).unwrap();
+        assert_eq!(
+            json,
+            json!({
+                "@type": "type.googleapis.com/envoy.config.core.v3.Address",
+                "socketAddress": {"address": "127.0.0.1", "portValue": 9000}
+            })
+        );
+        let back = any_from_json(&json).unwrap();
+        assert_eq!(back.type_url, any.type_url);
+        assert_eq!(Address::decode(back.value.as_slice()).unwrap(), address(9000));
+
+        let unknown = Any { type_url: "type.googleapis.com/no.Such".to_owned(), value: vec![] };
+        assert!(matches!(any_to_json(&unknown), Err(JsonError::UnknownType { .. })));
+    }
+
+    #[test]
+    fn yaml_merge_keys_apply() {
+        let yaml =
+            "base: &base {address: 127.0.0.1}\nsocket_address:\n  <<: *base\n  port_value: 1\n";
+        // `base` is not a field of Address: the error proves the document was read.
+        let err = from_yaml_str::<Address>(yaml).unwrap_err();
+        assert_eq!(err.to_string(), "base: unknown field");
+        let yaml = "socket_address:\n  <<: {address: 127.0.0.1}\n  port_value: 1\n";
+        assert_eq!(from_yaml_str::<Address>(yaml).unwrap(), address(1));
+    }
+
+    #[test]
+    fn yaml_scalars_become_json() {
+        let value =
+            yaml_to_json("1: a\ntrue: b\nnull: c\nx: [.nan, .inf, -.inf, 1.5, -2, !tag 3]\n")
+                .unwrap();
+        assert_eq!(
+            value,
+            json!({"1": "a", "true": "b", "null": "c", "x": ["NaN", "Infinity", "-Infinity", 1.5, -2, 3]})
+        );
+        assert!(matches!(yaml_to_json("? [1, 2]\n: x\n"), Err(JsonError::Syntax { .. })));
+    }
+}

@@ -1,0 +1,31 @@
+//! Envoy v3 xDS types for the control plane: the generated messages and services, the
+//! resource-type registry, resource names and references, encode-once resources and proto3
+//! JSON/YAML transcoding.
+//!
+//! This crate holds no state and does no I/O. It is the only place in the workspace that spells
+//! type URL strings: everything else speaks [`ResourceType`] and [`TypeUrl`].
+
+mod canonical;
+mod descriptor;
+mod encoded;
+mod json;
+mod refs;
+mod resource;
+mod resource_type;
+mod services;
+
+/// The generated Envoy v3 messages and tonic services, re-exported from the `envoy-types` crate
+/// (the same types tonic's own `xds-client` uses).
+pub use envoy_types::pb;
+
+pub use canonical::canonical_bytes;
+pub use descriptor::descriptor_pool;
+pub use encoded::{EncodeError, EncodedResource};
+pub use json::*;
+pub use refs::*;
+pub use resource::XdsResource;
+pub use resource_type::{CustomType, ResourceType, TYPE_URL_PREFIX, TypeUrl};
+pub use services::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, CSDS_SERVICE};
+
+pub use prost;
+pub use prost_reflect;
