@@ -1,0 +1,101 @@
+//! The traits a cache implements, and the errors it answers with.
+
+use std::sync::Arc;
+
+use xds_core::View;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{EncodedResource, TypeUrl};
+
+use crate::signal::Signal;
+
+/// The view a watch lends: the current resources of one type for one stream.
+pub type DynView<'a> = dyn View<Resource = EncodedResource> + 'a;
+
+/// The protocol variant a stream speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// State of the world: `StreamAggregatedResources`, `Stream*`.
+    Sotw,
+    /// Incremental: `DeltaAggregatedResources`, `Delta*`.
+    Delta,
+    /// One-shot: REST-JSON `POST /v3/discovery:*`, unary `Fetch*`.
+    Fetch,
+}
+
+/// What a stream asks a cache to watch.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchRequest<'a> {
+    /// The client (from the stream's first request; empty for an anonymous client).
+    pub node: &'a Node,
+    /// The type of the sub-stream.
+    pub type_url: &'a TypeUrl,
+    /// The protocol variant of the stream.
+    pub variant: Variant,
+}
+
+/// A source of resources that streams watch: the one trait a cache must implement.
+///
+/// Notify-then-pull: [`watch`](Cache::watch) registers a stream's [`Signal`]; the cache raises it
+/// whenever what the stream sees may have changed, and never sends to, waits for or queues for a
+/// stream. The stream then [`read`](Watch::read)s the newest view and lets the protocol core decide
+/// what to send. A cache that does not serve a type or a variant says so with a [`CacheError`].
+pub trait Cache: Send + Sync + 'static {
+    /// Starts watching `request.type_url` for `request.node`. Dropping the returned [`Watch`] stops
+    /// it.
+    fn watch(
+        &self,
+        request: WatchRequest<'_>,
+        signal: Arc<Signal>,
+    ) -> Result<Box<dyn Watch>, CacheError>;
+}
+
+/// A stream's registration with a cache.
+pub trait Watch: Send + Sync {
+    /// Lends the current view to `f`. Keep `f` short and synchronous: a cache may hold a read lock
+    /// while it runs (writers wait, other readers do not).
+    fn read(&self, f: &mut dyn FnMut(&DynView<'_>));
+}
+
+impl<C: Cache + ?Sized> Cache for Arc<C> {
+    fn watch(
+        &self,
+        request: WatchRequest<'_>,
+        signal: Arc<Signal>,
+    ) -> Result<Box<dyn Watch>, CacheError> {
+        (**self).watch(request, signal)
+    }
+}
+
+/// Why a cache cannot serve a watch. The server maps each to a gRPC status (or HTTP code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// The cache serves no resources of this type (rule S3): `InvalidArgument`.
+    #[error("unknown resource type {type_url}")]
+    UnknownType {
+        /// The requested type URL.
+        type_url: String,
+    },
+    /// The type is served, but not over this variant (e.g. VHDS over SotW): `Unimplemented`.
+    #[error("{type_url} is not served over {variant:?}")]
+    UnsupportedVariant {
+        /// The requested type URL.
+        type_url: String,
+        /// The variant asked for.
+        variant: Variant,
+    },
+    /// The cache refuses this node: `PermissionDenied`.
+    #[error("node refused: {reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The check every built-in cache makes: delta-only types (VHDS, LEDS) are not served over SotW
+/// or fetch.
+pub(crate) fn check_variant(type_url: &TypeUrl, variant: Variant) -> Result<(), CacheError> {
+    if type_url.is_delta_only() && variant != Variant::Delta {
+        return Err(CacheError::UnsupportedVariant { type_url: type_url.to_string(), variant });
+    }
+    Ok(())
+}

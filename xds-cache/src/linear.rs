@@ -1,0 +1,201 @@
+//! `LinearCache`: one resource type shared by every node, updated resource by resource.
+
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use xds_proto::{EncodeError, EncodedResource, TypeUrl, XdsResource};
+
+use crate::cache::{Cache, CacheError, DynView, Watch, WatchRequest, check_variant};
+use crate::signal::Signal;
+use crate::table::Table;
+use crate::watchers::{Registration, Watchers};
+
+/// One resource type, the same for every node, updated one resource at a time.
+///
+/// Each update costs O(log n) in the number of resources plus one signal per watching stream:
+/// the resource is encoded once, its version is its content hash (rule S16), and each stream then
+/// looks only at what changed since it last looked. This is the cache for endpoints driven by a
+/// service registry, or any type that changes often and piecemeal. Delta streams get exactly the
+/// changed resources; SotW streams get full state for Listener and Cluster and the changed
+/// resources for the other types.
+///
+/// ```
+/// use xds_cache::LinearCache;
+/// use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+///
+/// let endpoints = LinearCache::of::<ClusterLoadAssignment>();
+/// let cla = ClusterLoadAssignment { cluster_name: "backend".into(), ..Default::default() };
+/// assert!(endpoints.upsert(&cla)?);
+/// assert!(!endpoints.upsert(&cla)?, "the same content is not a change");
+/// assert!(endpoints.delete("backend"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct LinearCache {
+    type_url: TypeUrl,
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    table: RwLock<Table>,
+    watchers: Watchers<()>,
+}
+
+/// An update of a `LinearCache` that did not apply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinearError {
+    /// The resource could not be encoded (it has no name).
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The resource is of another type than the cache's.
+    #[error("this cache holds {expected} resources, not {got}")]
+    WrongType {
+        /// The cache's type.
+        expected: String,
+        /// The resource's type.
+        got: String,
+    },
+}
+
+impl std::fmt::Debug for LinearCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinearCache")
+            .field("type_url", &self.type_url.as_str())
+            .field("resources", &self.len())
+            .finish()
+    }
+}
+
+impl LinearCache {
+    /// An empty cache for `type_url`.
+    pub fn new(type_url: impl Into<TypeUrl>) -> Self {
+        LinearCache { type_url: type_url.into(), inner: Arc::default() }
+    }
+
+    /// An empty cache for the resources of message type `M`.
+    pub fn of<M: XdsResource>() -> Self {
+        Self::new(TypeUrl::of::<M>())
+    }
+
+    /// The cache's type.
+    pub fn type_url(&self) -> &TypeUrl {
+        &self.type_url
+    }
+
+    /// Creates or replaces a resource. Returns whether anything changed (the same content is not
+    /// a change, and signals nobody).
+    pub fn upsert<M: XdsResource>(&self, resource: &M) -> Result<bool, LinearError> {
+        self.upsert_encoded(EncodedResource::new(resource)?)
+    }
+
+    /// Creates or replaces an already-encoded resource.
+    pub fn upsert_encoded(&self, resource: EncodedResource) -> Result<bool, LinearError> {
+        if *resource.type_url() != self.type_url {
+            return Err(LinearError::WrongType {
+                expected: self.type_url.to_string(),
+                got: resource.type_url().to_string(),
+            });
+        }
+        let changed = self.write().upsert(resource);
+        if changed {
+            self.inner.watchers.notify(&());
+        }
+        Ok(changed)
+    }
+
+    /// Deletes a resource. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> bool {
+        let changed = self.write().delete(name);
+        if changed {
+            self.inner.watchers.notify(&());
+        }
+        changed
+    }
+
+    /// Replaces every resource at once; unchanged ones keep their version and revision. Returns
+    /// the number of resources created, changed or deleted.
+    pub fn set_all(
+        &self,
+        resources: impl IntoIterator<Item = EncodedResource>,
+    ) -> Result<usize, LinearError> {
+        let mut next = std::collections::BTreeMap::new();
+        for r in resources {
+            if *r.type_url() != self.type_url {
+                return Err(LinearError::WrongType {
+                    expected: self.type_url.to_string(),
+                    got: r.type_url().to_string(),
+                });
+            }
+            next.insert(r.name().to_owned(), r);
+        }
+        let changed = self.write().replace_all(&next);
+        if changed > 0 {
+            self.inner.watchers.notify(&());
+        }
+        Ok(changed)
+    }
+
+    /// The resource with this name.
+    pub fn get(&self, name: &str) -> Option<EncodedResource> {
+        self.read().get(name).cloned()
+    }
+
+    /// Every resource, by name.
+    pub fn resources(&self) -> Vec<EncodedResource> {
+        self.read().iter().cloned().collect()
+    }
+
+    /// The number of resources.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The type version SotW clients are sent (rule S16).
+    pub fn version(&self) -> String {
+        xds_core::View::version(&*self.read())
+    }
+
+    /// The number of streams watching.
+    pub fn watch_count(&self) -> usize {
+        self.inner.watchers.count(&())
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Table> {
+        self.inner.table.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+        self.inner.table.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+struct LinearWatch {
+    inner: Arc<Inner>,
+    _registration: Registration<()>,
+}
+
+impl Watch for LinearWatch {
+    fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
+        f(&*self.inner.table.read().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+impl Cache for LinearCache {
+    fn watch(
+        &self,
+        request: WatchRequest<'_>,
+        signal: Arc<Signal>,
+    ) -> Result<Box<dyn Watch>, CacheError> {
+        if *request.type_url != self.type_url {
+            return Err(CacheError::UnknownType { type_url: request.type_url.to_string() });
+        }
+        check_variant(request.type_url, request.variant)?;
+        let registration = self.inner.watchers.register((), signal);
+        Ok(Box::new(LinearWatch { inner: self.inner.clone(), _registration: registration }))
+    }
+}

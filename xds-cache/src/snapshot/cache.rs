@@ -1,0 +1,288 @@
+//! `SnapshotCache`: whole-configuration snapshots per node group.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::time::SystemTime;
+
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{EncodedResource, TypeUrl};
+
+use super::Snapshot;
+use crate::cache::{Cache, CacheError, DynView, Watch, WatchRequest, check_variant};
+use crate::signal::Signal;
+use crate::table::Table;
+use crate::unready::Unready;
+use crate::watchers::{Registration, Watchers};
+
+type Grouper = dyn Fn(&Node) -> String + Send + Sync;
+
+/// Serves each node group its own [`Snapshot`].
+///
+/// A function maps each node to its group (by default its id). Setting a group's snapshot
+/// compares it with the previous one resource by resource: unchanged resources keep their
+/// revision, and only the streams watching a type that changed are signalled. A group without a
+/// snapshot serves nothing yet, so a client that connects before its configuration is loaded
+/// waits instead of being told that nothing exists.
+///
+/// ```
+/// use xds_cache::{Snapshot, SnapshotCache};
+/// use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+///
+/// let cache = SnapshotCache::by_node_id();
+/// let mut builder = Snapshot::builder();
+/// builder.add(&Cluster { name: "backend".into(), ..Default::default() })?;
+/// cache.set_snapshot("envoy-1", builder.build());
+/// assert_eq!(cache.snapshot("envoy-1").map(|s| s.len()), Some(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct SnapshotCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    grouper: Box<Grouper>,
+    groups: RwLock<HashMap<String, Arc<Group>>>,
+    watchers: Watchers<(String, TypeUrl)>,
+}
+
+#[derive(Default)]
+struct Group {
+    data: RwLock<GroupData>,
+}
+
+#[derive(Default)]
+struct GroupData {
+    snapshot: Option<Snapshot>,
+    tables: BTreeMap<TypeUrl, Table>,
+    last_watch: Option<SystemTime>,
+}
+
+/// What a node group looks like now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// Whether a snapshot is set.
+    pub has_snapshot: bool,
+    /// Open watches (one per stream and type), by type.
+    pub watches: BTreeMap<String, usize>,
+    /// When a stream last started watching.
+    pub last_watch: Option<SystemTime>,
+    /// The type versions served, by type (rule S16).
+    pub versions: BTreeMap<String, String>,
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl std::fmt::Debug for SnapshotCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotCache").field("groups", &read(&self.inner.groups).len()).finish()
+    }
+}
+
+impl SnapshotCache {
+    /// A cache whose groups are chosen by `grouper` (e.g. by node cluster or by a metadata key).
+    pub fn new(grouper: impl Fn(&Node) -> String + Send + Sync + 'static) -> Self {
+        SnapshotCache {
+            inner: Arc::new(Inner {
+                grouper: Box::new(grouper),
+                groups: RwLock::default(),
+                watchers: Watchers::default(),
+            }),
+        }
+    }
+
+    /// A cache with one group per node id.
+    pub fn by_node_id() -> Self {
+        Self::new(|node| node.id.clone())
+    }
+
+    /// A cache with one group per node cluster (`node.cluster`).
+    pub fn by_node_cluster() -> Self {
+        Self::new(|node| node.cluster.clone())
+    }
+
+    /// The group a node belongs to.
+    pub fn group_of(&self, node: &Node) -> String {
+        (self.inner.grouper)(node)
+    }
+
+    /// Serves `snapshot` to `group`, signalling the streams of each type that changed. Returns the
+    /// number of resources created, changed or deleted.
+    pub fn set_snapshot(&self, group: &str, snapshot: Snapshot) -> usize {
+        let state = self.inner.group(group);
+        let (changed_types, first, count) = {
+            let mut data = write(&state.data);
+            let first = data.snapshot.is_none();
+            let mut types: Vec<TypeUrl> = data.tables.keys().cloned().collect();
+            types.extend(snapshot.types().cloned());
+            types.sort();
+            types.dedup();
+            let empty = BTreeMap::new();
+            let mut changed_types = Vec::new();
+            let mut count = 0;
+            for t in types {
+                let next = snapshot.map(&t).unwrap_or(&empty);
+                let n = data.tables.entry(t.clone()).or_default().replace_all(next);
+                if n > 0 {
+                    changed_types.push(t);
+                    count += n;
+                }
+            }
+            data.snapshot = Some(snapshot);
+            (changed_types, first, count)
+        };
+        if first {
+            // Every watcher of the group was waiting for data, whatever its type.
+            self.inner.watchers.notify_where(|(g, _)| g == group);
+        } else {
+            for t in changed_types {
+                self.inner.watchers.notify(&(group.to_owned(), t));
+            }
+        }
+        count
+    }
+
+    /// The snapshot served to `group`.
+    pub fn snapshot(&self, group: &str) -> Option<Snapshot> {
+        let state = read(&self.inner.groups).get(group).cloned()?;
+        read(&state.data).snapshot.clone()
+    }
+
+    /// Stops serving `group`: its streams keep what they have and get nothing more until a
+    /// snapshot is set again.
+    pub fn clear_snapshot(&self, group: &str) {
+        let Some(state) = read(&self.inner.groups).get(group).cloned() else { return };
+        {
+            let mut data = write(&state.data);
+            data.snapshot = None;
+            // Deleting (not dropping) keeps revisions growing, so streams that come back stay exact.
+            let empty = BTreeMap::new();
+            for table in data.tables.values_mut() {
+                table.replace_all(&empty);
+            }
+        }
+        self.inner.release(group);
+    }
+
+    /// The groups that have a snapshot or a stream.
+    pub fn groups(&self) -> Vec<String> {
+        let mut v: Vec<String> = read(&self.inner.groups).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The status of one group.
+    pub fn status(&self, group: &str) -> Option<GroupStatus> {
+        let state = read(&self.inner.groups).get(group).cloned()?;
+        let data = read(&state.data);
+        let watches = self
+            .inner
+            .watchers
+            .counts()
+            .into_iter()
+            .filter(|((g, _), _)| g == group)
+            .map(|((_, t), n)| (t.to_string(), n))
+            .collect();
+        let versions = data
+            .tables
+            .iter()
+            .map(|(t, table)| (t.to_string(), xds_core::View::version(table)))
+            .collect();
+        Some(GroupStatus {
+            has_snapshot: data.snapshot.is_some(),
+            watches,
+            last_watch: data.last_watch,
+            versions,
+        })
+    }
+}
+
+impl Inner {
+    fn group(&self, name: &str) -> Arc<Group> {
+        if let Some(g) = read(&self.groups).get(name) {
+            return g.clone();
+        }
+        write(&self.groups).entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Forgets a group that has neither a snapshot nor a stream, so that nodes coming and going
+    /// leave nothing behind.
+    fn release(&self, name: &str) {
+        let mut groups = write(&self.groups);
+        let Some(state) = groups.get(name) else { return };
+        let idle = read(&state.data).snapshot.is_none()
+            && self.watchers.counts().iter().all(|((g, _), _)| g != name);
+        if idle {
+            groups.remove(name);
+        }
+    }
+}
+
+struct SnapshotWatch {
+    group: Arc<Group>,
+    type_url: TypeUrl,
+    // Declared before `cache` so the registration is gone when `release` looks.
+    registration: Option<Registration<(String, TypeUrl)>>,
+    cache: Weak<Inner>,
+    group_name: String,
+}
+
+impl Watch for SnapshotWatch {
+    fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
+        let data = read(&self.group.data);
+        if data.snapshot.is_none() {
+            return f(&Unready);
+        }
+        match data.tables.get(&self.type_url) {
+            Some(table) => f(table),
+            None => f(&Table::default()),
+        }
+    }
+}
+
+impl Drop for SnapshotWatch {
+    fn drop(&mut self) {
+        drop(self.registration.take());
+        if let Some(cache) = self.cache.upgrade() {
+            cache.release(&self.group_name);
+        }
+    }
+}
+
+impl Cache for SnapshotCache {
+    fn watch(
+        &self,
+        request: WatchRequest<'_>,
+        signal: Arc<Signal>,
+    ) -> Result<Box<dyn Watch>, CacheError> {
+        check_variant(request.type_url, request.variant)?;
+        let group_name = self.group_of(request.node);
+        let group = self.inner.group(&group_name);
+        write(&group.data).last_watch = Some(SystemTime::now());
+        let registration =
+            self.inner.watchers.register((group_name.clone(), request.type_url.clone()), signal);
+        Ok(Box::new(SnapshotWatch {
+            group,
+            type_url: request.type_url.clone(),
+            registration: Some(registration),
+            cache: Arc::downgrade(&self.inner),
+            group_name,
+        }))
+    }
+}
+
+/// Lets tests and benchmarks look at a group's resources without a stream.
+impl SnapshotCache {
+    /// The resource `name` of `type_url` served to `group`.
+    pub fn get(&self, group: &str, type_url: &TypeUrl, name: &str) -> Option<EncodedResource> {
+        let state = read(&self.inner.groups).get(group).cloned()?;
+        let data = read(&state.data);
+        data.tables.get(type_url)?.get(name).cloned()
+    }
+}

@@ -1,0 +1,83 @@
+//! Rule O3: a snapshot whose clusters name endpoints, or whose listeners name routes, that it does
+//! not contain is reported, with the missing names.
+
+use std::fmt;
+
+use xds_proto::{Reference, ResourceType, TypeUrl, references_of_encoded};
+
+use super::Snapshot;
+
+/// A reference from one resource to another that the snapshot does not contain.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MissingReference {
+    /// The type of the resource holding the reference.
+    pub from_type: ResourceType,
+    /// The name of the resource holding the reference.
+    pub from: String,
+    /// What it names.
+    pub missing: Reference,
+}
+
+/// The references a snapshot is missing (rule O3), sorted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConsistencyError {
+    /// Every missing reference.
+    pub missing: Vec<MissingReference>,
+}
+
+impl fmt::Display for ConsistencyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "inconsistent snapshot: ")?;
+        for (i, m) in self.missing.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(
+                f,
+                "{} {:?} references {} {:?}, which is missing",
+                m.from_type.label(),
+                m.from,
+                m.missing.resource_type.label(),
+                m.missing.name
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The relations rule O3 checks: (referrer, referenced).
+const CHECKED: [(ResourceType, ResourceType); 3] = [
+    (ResourceType::Cluster, ResourceType::ClusterLoadAssignment),
+    (ResourceType::Listener, ResourceType::RouteConfiguration),
+    (ResourceType::ScopedRouteConfiguration, ResourceType::RouteConfiguration),
+];
+
+impl Snapshot {
+    /// Checks rule O3: every ClusterLoadAssignment an EDS cluster names and every
+    /// RouteConfiguration a listener (or scoped route) names through RDS is in the snapshot.
+    ///
+    /// Other references (routes to clusters, transport sockets to secrets) are not checked: those
+    /// resources are often served from elsewhere (static clusters, file-based SDS).
+    pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
+        let mut missing = Vec::new();
+        for (from_type, to_type) in CHECKED {
+            for resource in self.resources(&TypeUrl::Builtin(from_type)) {
+                // A resource that does not decode names nothing; the client will reject it.
+                let refs = references_of_encoded(resource.type_url(), resource.value())
+                    .unwrap_or_default();
+                for r in refs.into_iter().filter(|r| r.resource_type == to_type) {
+                    if self.get(&TypeUrl::Builtin(to_type), &r.name).is_none() {
+                        missing.push(MissingReference {
+                            from_type,
+                            from: resource.name().to_owned(),
+                            missing: r,
+                        });
+                    }
+                }
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() { Ok(()) } else { Err(ConsistencyError { missing }) }
+    }
+}

@@ -1,0 +1,256 @@
+//! The resources of one type (for one node group), with revisions: what a stream's view reads.
+
+use std::collections::{BTreeMap, HashMap};
+
+use xds_core::View;
+use xds_proto::EncodedResource;
+
+use crate::vhds;
+
+/// Deleted names remembered for `changed_since`, at least this many; beyond that (and beyond the
+/// table's size) the oldest are forgotten, and a stream that is that far behind compares its whole
+/// subscription instead.
+const MIN_TOMBSTONES: usize = 1024;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    resource: EncodedResource,
+    revision: u64,
+    /// VHDS: the virtual host's domains, for alias lookups (rule D10).
+    domains: Option<Box<[String]>>,
+}
+
+/// The resources of one type, by name, with a revision per change.
+///
+/// Every create, update and delete takes the next revision; `changes` indexes the latest
+/// revision of each name (deletions included), so "what changed since revision r" costs
+/// O(changed), not O(resources). Each operation is O(log n) in the number of resources.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Table {
+    entries: BTreeMap<String, Entry>,
+    /// Latest revision of each name -> the name (live or deleted).
+    changes: BTreeMap<u64, String>,
+    /// Deleted names -> the revision of their deletion.
+    tombstones: HashMap<String, u64>,
+    revision: u64,
+    /// `changed_since(r)` is exact for every `r >= horizon`.
+    horizon: u64,
+    /// XOR of a hash of each (name, version): an order-independent type version (rule S16).
+    version_acc: u64,
+}
+
+impl Table {
+    /// Creates or replaces a resource. Returns `false`, changing nothing, when the same version
+    /// is already there.
+    pub(crate) fn upsert(&mut self, resource: EncodedResource) -> bool {
+        let name = resource.name().to_owned();
+        if let Some(old) = self.entries.get(&name) {
+            if old.resource.version() == resource.version() && old.resource.ttl() == resource.ttl()
+            {
+                return false;
+            }
+            let (old_revision, old_version) = (old.revision, old.resource.version().to_owned());
+            self.changes.remove(&old_revision);
+            self.version_acc ^= entry_hash(&name, &old_version);
+        } else if let Some(deleted) = self.tombstones.remove(&name) {
+            self.changes.remove(&deleted);
+        }
+        self.revision += 1;
+        self.version_acc ^= entry_hash(&name, resource.version());
+        self.changes.insert(self.revision, name.clone());
+        let domains = vhds::domains(&resource);
+        self.entries.insert(name, Entry { resource, revision: self.revision, domains });
+        true
+    }
+
+    /// Deletes a resource. Returns `false` when there was none.
+    pub(crate) fn delete(&mut self, name: &str) -> bool {
+        let Some(old) = self.entries.remove(name) else { return false };
+        self.changes.remove(&old.revision);
+        self.version_acc ^= entry_hash(name, old.resource.version());
+        self.revision += 1;
+        self.changes.insert(self.revision, name.to_owned());
+        self.tombstones.insert(name.to_owned(), self.revision);
+        self.collect_tombstones();
+        true
+    }
+
+    /// Makes the table hold exactly `resources`: unchanged ones keep their revision (and no
+    /// stream hears of them). Returns the number of names created, changed or deleted.
+    pub(crate) fn replace_all(&mut self, resources: &BTreeMap<String, EncodedResource>) -> usize {
+        let gone: Vec<String> =
+            self.entries.keys().filter(|n| !resources.contains_key(*n)).cloned().collect();
+        let mut changed = 0;
+        for name in gone {
+            changed += usize::from(self.delete(&name));
+        }
+        for resource in resources.values() {
+            let same =
+                self.entries.get(resource.name()).is_some_and(|e| e.resource.ptr_eq(resource));
+            if !same {
+                changed += usize::from(self.upsert(resource.clone()));
+            }
+        }
+        changed
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&EncodedResource> {
+        self.entries.get(name).map(|e| &e.resource)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &EncodedResource> {
+        self.entries.values().map(|e| &e.resource)
+    }
+
+    /// Forgets the oldest deletions once there are many: `changed_since` then answers "cannot
+    /// tell" for revisions before them, and the streams concerned compare in full once.
+    fn collect_tombstones(&mut self) {
+        let limit = MIN_TOMBSTONES.max(self.entries.len());
+        while self.tombstones.len() > limit {
+            let oldest = self
+                .changes
+                .iter()
+                .find(|(_, name)| self.tombstones.contains_key(*name))
+                .map(|(rev, name)| (*rev, name.clone()));
+            let Some((revision, name)) = oldest else { break };
+            self.changes.remove(&revision);
+            self.tombstones.remove(&name);
+            self.horizon = revision;
+        }
+    }
+}
+
+impl View for Table {
+    type Resource = EncodedResource;
+
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    fn version(&self) -> String {
+        format!("{:016x}", self.version_acc)
+    }
+
+    fn get(&self, name: &str) -> Option<EncodedResource> {
+        self.entries.get(name).map(|e| e.resource.clone())
+    }
+
+    fn resolve_alias(&self, alias: &str) -> Option<EncodedResource> {
+        let (route_config, host) = vhds::split_alias(alias)?;
+        let prefix = format!("{route_config}/");
+        let candidates = self
+            .entries
+            .range(prefix.clone()..)
+            .take_while(|(name, _)| name.starts_with(&prefix))
+            .filter_map(|(_, e)| e.domains.as_deref().map(|d| (&e.resource, d)));
+        vhds::best_match(host, candidates).cloned()
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
+        for entry in self.entries.values() {
+            f(&entry.resource);
+        }
+    }
+
+    fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
+        if revision < self.horizon || revision > self.revision {
+            return false;
+        }
+        for name in self.changes.range(revision + 1..).map(|(_, name)| name) {
+            f(name);
+        }
+        true
+    }
+}
+
+/// The hash of one (name, version) pair in the type version. XXH3 is specified, so the version
+/// is the same in every process and on every replica.
+fn entry_hash(name: &str, version: &str) -> u64 {
+    let mut buf = Vec::with_capacity(name.len() + version.len() + 1);
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(0);
+    buf.extend_from_slice(version.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+
+    fn cluster(name: &str, stat: &str) -> EncodedResource {
+        EncodedResource::new(&Cluster {
+            name: name.into(),
+            alt_stat_name: stat.into(),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn changed(t: &Table, since: u64) -> Option<Vec<String>> {
+        let mut v = Vec::new();
+        t.changed_since(since, &mut |n| v.push(n.to_owned())).then_some(v)
+    }
+
+    #[test]
+    fn changes_since_a_revision_are_exact() {
+        let mut t = Table::default();
+        t.upsert(cluster("a", "1"));
+        t.upsert(cluster("b", "1"));
+        let r = t.revision();
+        assert!(!t.upsert(cluster("a", "1")), "same content is not a change");
+        assert_eq!(t.revision(), r);
+        t.upsert(cluster("a", "2"));
+        t.delete("b");
+        assert_eq!(changed(&t, r), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(changed(&t, t.revision()), Some(vec![]));
+        assert_eq!(changed(&t, t.revision() + 1), None, "a revision from the future");
+    }
+
+    #[test]
+    fn s16_type_version_depends_on_content_only() {
+        let mut t1 = Table::default();
+        t1.upsert(cluster("a", "1"));
+        t1.upsert(cluster("b", "1"));
+        let mut t2 = Table::default();
+        t2.upsert(cluster("b", "0"));
+        t2.upsert(cluster("b", "1"));
+        t2.upsert(cluster("x", "1"));
+        t2.upsert(cluster("a", "1"));
+        t2.delete("x");
+        assert_eq!(t1.version(), t2.version());
+        t2.upsert(cluster("a", "2"));
+        assert_ne!(t1.version(), t2.version());
+    }
+
+    #[test]
+    fn old_tombstones_are_forgotten_and_history_says_so() {
+        let mut t = Table::default();
+        for i in 0..(MIN_TOMBSTONES + 10) {
+            t.upsert(cluster(&format!("c{i}"), "1"));
+        }
+        for i in 0..(MIN_TOMBSTONES + 10) {
+            t.delete(&format!("c{i}"));
+        }
+        assert!(t.tombstones.len() <= MIN_TOMBSTONES);
+        assert_eq!(changed(&t, 0), None);
+        assert!(changed(&t, t.revision() - 5).is_some());
+    }
+
+    #[test]
+    fn replace_all_keeps_unchanged_revisions() {
+        let mut t = Table::default();
+        let a = cluster("a", "1");
+        t.upsert(a.clone());
+        t.upsert(cluster("b", "1"));
+        let r = t.revision();
+        let next: BTreeMap<String, EncodedResource> =
+            [("a".to_string(), a), ("c".to_string(), cluster("c", "1"))].into_iter().collect();
+        assert_eq!(t.replace_all(&next), 2);
+        assert_eq!(changed(&t, r), Some(vec!["b".into(), "c".into()]));
+    }
+}

@@ -1,0 +1,68 @@
+//! Limits and options of the server, with safe defaults.
+
+use std::time::Duration;
+
+use xds_proto::CustomType;
+
+/// Limits that keep one client from hurting the server or other clients. Each limit hit ends
+/// only the offending stream or request, with a status that names the limit.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The largest request message accepted, in bytes (`ResourceExhausted` beyond; default 4 MiB).
+    pub max_request_bytes: usize,
+    /// The most resource names one request may carry (`InvalidArgument` beyond; default 65,536).
+    pub max_names_per_request: usize,
+    /// The most streams open at once across the server (`ResourceExhausted` beyond; default
+    /// 100,000).
+    pub max_streams: usize,
+    /// Requests per second one stream may send on average (`ResourceExhausted` beyond; default
+    /// 100). A client spinning requests cannot burn the server's CPU.
+    pub max_requests_per_second: u32,
+    /// Requests one stream may send in a burst above the average (default 1,000: a proxy
+    /// subscribing to many types at start-up stays well inside).
+    pub request_burst: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_bytes: 4 << 20,
+            max_names_per_request: 65_536,
+            max_streams: 100_000,
+            max_requests_per_second: 100,
+            request_burst: 1_000,
+        }
+    }
+}
+
+/// How the server behaves.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Limits per request and stream.
+    pub limits: Limits,
+    /// Serve streams whose first request carries no node (rule S2; default: refuse them).
+    pub allow_anonymous: bool,
+    /// `ControlPlane.identifier` put in every response, if set.
+    pub control_plane_id: Option<String>,
+    /// Custom resource types with their protocol traits (wildcard, full state); any other
+    /// unknown type URL is passed to the cache as a plain custom type.
+    pub custom_types: Vec<CustomType>,
+    /// How long a REST long poll (or unary fetch) at the current version waits for a change
+    /// (default 30 s).
+    pub fetch_timeout: Duration,
+    /// How long graceful shutdown lets streams end on their own before they are cut (default 5 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            limits: Limits::default(),
+            allow_anonymous: false,
+            control_plane_id: None,
+            custom_types: Vec::new(),
+            fetch_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! One-shot fetches (REST-JSON and the unary `Fetch*` RPCs), with long poll (rule R2).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use xds_cache::{CacheError, Signal, Variant, WatchRequest};
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{EncodedResource, TypeUrl};
+
+use crate::server::Shared;
+
+/// The answer to a fetch.
+#[derive(Debug)]
+pub(crate) enum Fetched {
+    /// The current version and the requested resources (all of them for a wildcard fetch).
+    Current { version: String, resources: Vec<EncodedResource> },
+    /// The requested version is still current after the long-poll timeout.
+    NotModified,
+}
+
+/// Answers a fetch for `names` of `type_url`. When `version` is the current version, waits for a
+/// change until the fetch timeout (rule R2): a poll at an unchanged version never gets the same
+/// resources again.
+pub(crate) async fn fetch(
+    shared: &Shared,
+    node: &Node,
+    type_url: &TypeUrl,
+    names: &[String],
+    version: &str,
+) -> Result<Fetched, CacheError> {
+    shared.callbacks.on_fetch_request(node, type_url, names);
+    let signal = Arc::new(Signal::new());
+    let watch = shared
+        .cache
+        .watch(WatchRequest { node, type_url, variant: Variant::Fetch }, signal.clone())?;
+    let deadline = Instant::now() + shared.config.fetch_timeout;
+    let wildcard = names.is_empty() && type_url.is_wildcard_capable();
+    loop {
+        let mut current = None;
+        watch.read(&mut |view| {
+            if !view.is_ready() {
+                return;
+            }
+            let v = view.version();
+            if v == version {
+                return;
+            }
+            let mut resources = Vec::new();
+            if wildcard {
+                view.for_each(&mut |r| resources.push(r.clone()));
+            } else {
+                let mut wanted: Vec<&String> = names.iter().collect();
+                wanted.sort();
+                wanted.dedup();
+                resources.extend(wanted.into_iter().filter_map(|n| view.get(n)));
+            }
+            current = Some((v, resources));
+        });
+        if let Some((version, resources)) = current {
+            shared.callbacks.on_fetch_response(node, type_url, Some(&version));
+            return Ok(Fetched::Current { version, resources });
+        }
+        tokio::select! {
+            _ = signal.raised() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = shared.shutdown.cancelled() => break,
+        }
+    }
+    shared.callbacks.on_fetch_response(node, type_url, None);
+    Ok(Fetched::NotModified)
+}

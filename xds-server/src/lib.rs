@@ -1,0 +1,26 @@
+//! A complete xDS management server: tonic services for ADS and every per-type service, SotW
+//! and delta, unary fetch, REST-JSON, CSDS, per-node status, metrics and callbacks.
+//!
+//! The protocol rules live in `xds-core`; the resources in an `xds-cache` [`Cache`]. This crate
+//! connects them to the wire: it decodes requests, checks them (node, type URL, limits), feeds
+//! them to the sub-stream state machines, waits for cache signals, and writes responses straight
+//! from the resources' cached bytes.
+//!
+//! [`Cache`]: xds_cache::Cache
+
+mod callbacks;
+mod config;
+mod csds;
+mod fetch;
+mod metrics;
+mod server;
+mod status;
+mod stream;
+mod wire;
+
+pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo};
+pub use config::{Limits, ServerConfig};
+pub use metrics::Metrics;
+pub use server::{XdsServer, XdsServerBuilder};
+pub use status::{NackStatus, StatusRegistry, StreamStatus, TypeStatus};
+pub use wire::{DeltaWire, SotwWire};

@@ -1,0 +1,162 @@
+//! Counters in Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::status::lock;
+
+/// Labels of a per-type counter: (variant, type label).
+type Key = (&'static str, String);
+
+/// One rendered series: name, kind, help and how to read it.
+type Series = (&'static str, &'static str, &'static str, fn(&PerType) -> f64);
+
+#[derive(Debug, Default)]
+struct PerType {
+    streams: i64,
+    requests: u64,
+    responses: u64,
+    response_bytes: u64,
+    acks: u64,
+    nacks: u64,
+    stale: u64,
+    /// Time from a response to its ACK: sum and count, for a mean.
+    ack_seconds_sum: f64,
+    ack_count: u64,
+}
+
+/// The server's counters. Render them with [`Metrics::render`] (served at `GET /metrics` by the
+/// example binary).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    per_type: Mutex<BTreeMap<Key, PerType>>,
+    refused: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Metrics {
+    fn with(&self, variant: &'static str, type_label: &str, f: impl FnOnce(&mut PerType)) {
+        let mut map = lock(&self.per_type);
+        f(map.entry((variant, type_label.to_owned())).or_default());
+    }
+
+    pub(crate) fn stream_opened(&self, variant: &'static str, type_label: &str) {
+        self.with(variant, type_label, |m| m.streams += 1);
+    }
+
+    pub(crate) fn stream_closed(&self, variant: &'static str, type_label: &str) {
+        self.with(variant, type_label, |m| m.streams -= 1);
+    }
+
+    pub(crate) fn request(&self, variant: &'static str, type_label: &str) {
+        self.with(variant, type_label, |m| m.requests += 1);
+    }
+
+    pub(crate) fn response(&self, variant: &'static str, type_label: &str, bytes: usize) {
+        self.with(variant, type_label, |m| {
+            m.responses += 1;
+            m.response_bytes += bytes as u64;
+        });
+    }
+
+    pub(crate) fn ack(&self, variant: &'static str, type_label: &str, latency: Option<Duration>) {
+        self.with(variant, type_label, |m| {
+            m.acks += 1;
+            if let Some(l) = latency {
+                m.ack_seconds_sum += l.as_secs_f64();
+                m.ack_count += 1;
+            }
+        });
+    }
+
+    pub(crate) fn nack(&self, variant: &'static str, type_label: &str) {
+        self.with(variant, type_label, |m| m.nacks += 1);
+    }
+
+    pub(crate) fn stale(&self, variant: &'static str, type_label: &str) {
+        self.with(variant, type_label, |m| m.stale += 1);
+    }
+
+    pub(crate) fn refused(&self, reason: &'static str) {
+        *lock(&self.refused).entry(reason).or_default() += 1;
+    }
+
+    /// The counters in Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let map = lock(&self.per_type);
+        let mut out = String::new();
+        let series: [Series; 8] = [
+            (
+                "xds_streams",
+                "gauge",
+                "Streams open, by variant and type (ADS streams count once per type they use).",
+                |m| m.streams as f64,
+            ),
+            ("xds_requests_total", "counter", "Requests received.", |m| m.requests as f64),
+            ("xds_responses_total", "counter", "Responses sent.", |m| m.responses as f64),
+            ("xds_response_bytes_total", "counter", "Bytes of resource bodies sent.", |m| {
+                m.response_bytes as f64
+            }),
+            ("xds_acks_total", "counter", "Responses ACKed.", |m| m.acks as f64),
+            ("xds_nacks_total", "counter", "Responses NACKed.", |m| m.nacks as f64),
+            ("xds_stale_requests_total", "counter", "Requests with a stale nonce.", |m| {
+                m.stale as f64
+            }),
+            (
+                "xds_ack_latency_seconds_sum",
+                "counter",
+                "Seconds from sending a response to its ACK, summed.",
+                |m| m.ack_seconds_sum,
+            ),
+        ];
+        for (name, kind, help, get) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for ((variant, t), m) in map.iter() {
+                let _ = writeln!(out, "{name}{{variant=\"{variant}\",type=\"{t}\"}} {}", get(m));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_ack_latency_seconds_count ACKs timed.\n# TYPE xds_ack_latency_seconds_count counter"
+        );
+        for ((variant, t), m) in map.iter() {
+            let _ = writeln!(
+                out,
+                "xds_ack_latency_seconds_count{{variant=\"{variant}\",type=\"{t}\"}} {}",
+                m.ack_count
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_refused_total Streams or requests refused, by reason.\n# TYPE xds_refused_total counter"
+        );
+        for (reason, n) in lock(&self.refused).iter() {
+            let _ = writeln!(out, "xds_refused_total{{reason=\"{reason}\"}} {n}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        m.stream_opened("sotw", "cluster");
+        m.response("sotw", "cluster", 120);
+        m.ack("sotw", "cluster", Some(Duration::from_millis(5)));
+        m.nack("sotw", "cluster");
+        m.refused("rate_limit");
+        let text = m.render();
+        assert!(text.contains("xds_streams{variant=\"sotw\",type=\"cluster\"} 1"));
+        assert!(text.contains("xds_response_bytes_total{variant=\"sotw\",type=\"cluster\"} 120"));
+        assert!(text.contains("xds_nacks_total{variant=\"sotw\",type=\"cluster\"} 1"));
+        assert!(
+            text.contains("xds_ack_latency_seconds_count{variant=\"sotw\",type=\"cluster\"} 1")
+        );
+        assert!(text.contains("xds_refused_total{reason=\"rate_limit\"} 1"));
+    }
+}

@@ -1,0 +1,320 @@
+//! `XdsServer`: every xDS service over one cache.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::task::{Context, Poll};
+
+use tokio_util::sync::CancellationToken;
+use tonic::server::{Grpc, StreamingService, UnaryService};
+use tonic::{Status, Streaming};
+use xds_cache::{Cache, CacheError};
+use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
+
+use crate::callbacks::{Callbacks, NoCallbacks};
+use crate::config::ServerConfig;
+use crate::fetch::{Fetched, fetch};
+use crate::metrics::Metrics;
+use crate::status::StatusRegistry;
+use crate::stream::{self, Delta, Sotw};
+use crate::wire::SotwWire;
+
+/// What every stream of a server shares.
+pub(crate) struct Shared {
+    pub(crate) cache: Arc<dyn Cache>,
+    pub(crate) config: ServerConfig,
+    pub(crate) callbacks: Arc<dyn Callbacks>,
+    pub(crate) status: Arc<StatusRegistry>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) open: AtomicUsize,
+}
+
+impl Shared {
+    /// The type for a type URL, with the traits of a configured custom type.
+    pub(crate) fn type_url(&self, url: &str) -> TypeUrl {
+        let parsed = TypeUrl::parse(url);
+        if parsed.builtin().is_some() {
+            return parsed;
+        }
+        self.config
+            .custom_types
+            .iter()
+            .map(|c| TypeUrl::from(c.clone()))
+            .find(|t| t.as_str() == url)
+            .unwrap_or(parsed)
+    }
+}
+
+/// The gRPC status for a cache's refusal (rule S3).
+pub(crate) fn cache_status(e: &CacheError) -> Status {
+    match e {
+        CacheError::UnknownType { .. } => Status::invalid_argument(e.to_string()),
+        CacheError::UnsupportedVariant { .. } => Status::unimplemented(e.to_string()),
+        CacheError::Refused { .. } => Status::permission_denied(e.to_string()),
+    }
+}
+
+/// A complete xDS management server over one [`Cache`]: ADS and every per-type service, SotW
+/// and delta, the unary `Fetch*` methods, CSDS, and (through [`XdsServer::rest_router`])
+/// REST-JSON.
+///
+/// Cloning is cheap; clones share streams, status and metrics.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use xds_cache::SnapshotCache;
+/// use xds_server::XdsServer;
+///
+/// let cache = SnapshotCache::by_node_id();
+/// let server = XdsServer::new(cache.clone());
+/// tonic::transport::Server::builder()
+///     .add_routes(server.routes())
+///     .serve("127.0.0.1:18000".parse()?)
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct XdsServer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for XdsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdsServer").field("streams", &self.shared.status.len()).finish()
+    }
+}
+
+/// Builds an [`XdsServer`].
+pub struct XdsServerBuilder {
+    cache: Arc<dyn Cache>,
+    config: ServerConfig,
+    callbacks: Arc<dyn Callbacks>,
+}
+
+impl XdsServerBuilder {
+    /// Sets the limits and options.
+    #[must_use]
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the callbacks.
+    #[must_use]
+    pub fn callbacks(mut self, callbacks: impl Callbacks) -> Self {
+        self.callbacks = Arc::new(callbacks);
+        self
+    }
+
+    /// The server.
+    pub fn build(self) -> XdsServer {
+        XdsServer {
+            shared: Arc::new(Shared {
+                cache: self.cache,
+                config: self.config,
+                callbacks: self.callbacks,
+                status: Arc::default(),
+                metrics: Arc::default(),
+                shutdown: CancellationToken::new(),
+                next_id: AtomicU64::new(1),
+                open: AtomicUsize::new(0),
+            }),
+        }
+    }
+}
+
+impl XdsServer {
+    /// A server over `cache` with default limits and no callbacks.
+    pub fn new(cache: impl Cache) -> Self {
+        Self::builder(cache).build()
+    }
+
+    /// A builder for a server over `cache`.
+    pub fn builder(cache: impl Cache) -> XdsServerBuilder {
+        XdsServerBuilder {
+            cache: Arc::new(cache),
+            config: ServerConfig::default(),
+            callbacks: Arc::new(NoCallbacks),
+        }
+    }
+
+    /// Every gRPC service, for `tonic::transport::Server::add_routes`: ADS, the per-type
+    /// services (SotW, delta and fetch where the protocol has them) and CSDS.
+    pub fn routes(&self) -> tonic::service::Routes {
+        let mut router = axum::Router::new();
+        let mut add = |path: String, kind: MethodKind| {
+            router = std::mem::take(&mut router)
+                .route_service(&path, GrpcMethod { shared: self.shared.clone(), kind });
+        };
+        add(format!("/{ADS_SERVICE}/{ADS_SOTW_METHOD}"), MethodKind::Sotw(None));
+        add(format!("/{ADS_SERVICE}/{ADS_DELTA_METHOD}"), MethodKind::Delta(None));
+        for t in ResourceType::ALL {
+            if let Some(path) = t.sotw_path() {
+                add(path, MethodKind::Sotw(Some(t)));
+            }
+            add(t.delta_path(), MethodKind::Delta(Some(t)));
+            if let Some(path) = t.fetch_path() {
+                add(path, MethodKind::Fetch(t));
+            }
+        }
+        tonic::service::Routes::from(crate::csds::add_routes(router, self.clone()))
+    }
+
+    /// The per-node status of every open stream.
+    pub fn status(&self) -> &Arc<StatusRegistry> {
+        &self.shared.status
+    }
+
+    /// The server's counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// The server's configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.shared.config
+    }
+
+    /// Starts graceful shutdown: new streams are refused and open ones end with `UNAVAILABLE`,
+    /// so clients reconnect elsewhere.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+    }
+
+    /// Resolves once [`shutdown`](Self::shutdown) was called.
+    pub fn shutting_down(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.shared.shutdown.clone().cancelled_owned()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum MethodKind {
+    Sotw(Option<ResourceType>),
+    Delta(Option<ResourceType>),
+    Fetch(ResourceType),
+}
+
+/// One gRPC method of the server.
+#[derive(Clone)]
+struct GrpcMethod {
+    shared: Arc<Shared>,
+    kind: MethodKind,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
+        let shared = self.shared.clone();
+        let kind = self.kind;
+        Box::pin(async move {
+            let max = Some(shared.config.limits.max_request_bytes);
+            Ok(match kind {
+                MethodKind::Sotw(fixed) => {
+                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
+                        .apply_max_message_size_config(max, None);
+                    grpc.streaming(
+                        StreamMethod::<Sotw> { shared, fixed, _p: Default::default() },
+                        request,
+                    )
+                    .await
+                }
+                MethodKind::Delta(fixed) => {
+                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
+                        .apply_max_message_size_config(max, None);
+                    grpc.streaming(
+                        StreamMethod::<Delta> { shared, fixed, _p: Default::default() },
+                        request,
+                    )
+                    .await
+                }
+                MethodKind::Fetch(t) => {
+                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
+                        .apply_max_message_size_config(max, None);
+                    grpc.unary(FetchMethod { shared, type_url: t }, request).await
+                }
+            })
+        })
+    }
+}
+
+struct StreamMethod<P> {
+    shared: Arc<Shared>,
+    fixed: Option<ResourceType>,
+    _p: std::marker::PhantomData<fn() -> P>,
+}
+
+impl<P: stream::Protocol> StreamingService<P::Request> for StreamMethod<P> {
+    type Response = P::Wire;
+    type ResponseStream = stream::ResponseStream<P::Wire>;
+    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: tonic::Request<Streaming<P::Request>>) -> Self::Future {
+        let result = stream::open::<P>(self.shared.clone(), self.fixed, request);
+        Box::pin(async move { result.map(tonic::Response::new) })
+    }
+}
+
+struct FetchMethod {
+    shared: Arc<Shared>,
+    type_url: ResourceType,
+}
+
+impl UnaryService<DiscoveryRequest> for FetchMethod {
+    type Response = SotwWire;
+    type Future = BoxFuture<tonic::Response<SotwWire>, Status>;
+
+    fn call(&mut self, request: tonic::Request<DiscoveryRequest>) -> Self::Future {
+        let shared = self.shared.clone();
+        let type_url = TypeUrl::from(self.type_url);
+        Box::pin(async move {
+            let request = request.into_inner();
+            if !request.type_url.is_empty() && request.type_url != type_url.as_str() {
+                return Err(Status::invalid_argument(format!(
+                    "type_url {} does not match the service's type {type_url}",
+                    request.type_url
+                )));
+            }
+            let node = match request.node {
+                Some(node) => node,
+                None if shared.config.allow_anonymous => Default::default(),
+                None => return Err(Status::invalid_argument("a fetch request must carry a node")),
+            };
+            if request.resource_names.len() > shared.config.limits.max_names_per_request {
+                return Err(Status::invalid_argument(format!(
+                    "a request may name at most {} resources",
+                    shared.config.limits.max_names_per_request
+                )));
+            }
+            match fetch(&shared, &node, &type_url, &request.resource_names, &request.version_info)
+                .await
+                .map_err(|e| cache_status(&e))?
+            {
+                Fetched::Current { version, resources } => Ok(tonic::Response::new(SotwWire {
+                    version_info: version,
+                    resources,
+                    type_url: type_url.as_str().to_owned(),
+                    nonce: String::new(),
+                    control_plane: shared.config.control_plane_id.clone(),
+                })),
+                Fetched::NotModified => Err(Status::deadline_exceeded(format!(
+                    "not modified: version {} is still current",
+                    request.version_info
+                ))),
+            }
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! Per-node status: for every connected stream and type, what was subscribed, sent, ACKed and
+//! NACKed. Queryable from Rust, as JSON, and through CSDS.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use xds_proto::pb::envoy::config::core::v3::Node;
+
+/// The status of one type on one stream.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct TypeStatus {
+    /// Whether the subscription is a wildcard.
+    pub wildcard: bool,
+    /// The explicitly subscribed names.
+    pub names: Vec<String>,
+    /// The version of the latest response sent.
+    pub sent_version: Option<String>,
+    /// The nonce of the latest response sent.
+    pub sent_nonce: Option<String>,
+    /// The version the client last ACKed.
+    pub acked_version: Option<String>,
+    /// The latest NACK, if the client rejected a response since its last ACK.
+    pub nack: Option<NackStatus>,
+    /// When the latest request arrived (milliseconds since the Unix epoch).
+    pub last_request_ms: u64,
+    /// What the client holds: name -> version (`None`: told it does not exist).
+    pub resources: BTreeMap<String, Option<String>>,
+}
+
+/// A rejected response.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct NackStatus {
+    /// The version the client kept.
+    pub version: String,
+    /// The nonce of the rejected response.
+    pub nonce: String,
+    /// The client's reason.
+    pub error: String,
+    /// When (milliseconds since the Unix epoch).
+    pub at_ms: u64,
+}
+
+/// The status of one stream.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamStatus {
+    /// The stream's id.
+    pub stream: u64,
+    /// `sotw` or `delta`.
+    pub variant: &'static str,
+    /// The node id (empty for an anonymous client or before the first request).
+    pub node_id: String,
+    /// The node cluster.
+    pub node_cluster: String,
+    /// When the stream opened (milliseconds since the Unix epoch).
+    pub opened_ms: u64,
+    /// Per type URL.
+    pub types: BTreeMap<String, TypeStatus>,
+    #[serde(skip)]
+    pub(crate) node: Option<Node>,
+}
+
+/// Every open stream's status.
+#[derive(Debug, Default)]
+pub struct StatusRegistry {
+    streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamStatus>>>>,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Status is bookkeeping: a panic elsewhere must not make it unreadable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl StatusRegistry {
+    pub(crate) fn open(&self, stream: u64, variant: &'static str) -> Arc<Mutex<StreamStatus>> {
+        let status = Arc::new(Mutex::new(StreamStatus {
+            stream,
+            variant,
+            node_id: String::new(),
+            node_cluster: String::new(),
+            opened_ms: now_ms(),
+            types: BTreeMap::new(),
+            node: None,
+        }));
+        lock(&self.streams).insert(stream, status.clone());
+        status
+    }
+
+    pub(crate) fn close(&self, stream: u64) {
+        lock(&self.streams).remove(&stream);
+    }
+
+    /// A copy of every open stream's status, by stream id.
+    pub fn streams(&self) -> Vec<StreamStatus> {
+        let streams: Vec<_> = lock(&self.streams).values().cloned().collect();
+        streams.iter().map(|s| lock(s).clone()).collect()
+    }
+
+    /// The status of the streams of one node id.
+    pub fn node(&self, node_id: &str) -> Vec<StreamStatus> {
+        self.streams().into_iter().filter(|s| s.node_id == node_id).collect()
+    }
+
+    /// The number of open streams.
+    pub fn len(&self) -> usize {
+        lock(&self.streams).len()
+    }
+
+    /// Whether no stream is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every stream's status as JSON: `{"streams": [...]}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "streams": self.streams() })
+    }
+}
+
+impl StreamStatus {
+    /// The node of the stream's first request.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+}

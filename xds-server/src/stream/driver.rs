@@ -1,0 +1,315 @@
+//! Drives one stream: reads requests, waits for cache signals, writes responses.
+//!
+//! The response stream *is* the loop: tonic polls it, and it polls the request stream and the
+//! stream's cache signal in turn. Nothing is spawned; a client that stops reading stops its own
+//! loop, and when it reads again it gets the newest state (the cache queues nothing for it).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures_util::Stream;
+use tonic::{Status, Streaming};
+use xds_cache::{Signal, Watch, WatchRequest};
+use xds_core::{Nonces, RequestKind, StreamGuard};
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{ResourceType, TypeUrl};
+
+use super::protocol::Protocol;
+use super::rate::TokenBucket;
+use crate::callbacks::StreamInfo;
+use crate::server::Shared;
+use crate::status::{NackStatus, StreamStatus, lock, now_ms};
+
+/// The response stream handed to tonic.
+pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
+
+struct Slot<P: Protocol> {
+    sub: P::Sub,
+    watch: Box<dyn Watch>,
+    /// When the response in flight was sent, for the ACK latency metric.
+    sent_at: Option<Instant>,
+}
+
+struct Driver<P: Protocol> {
+    shared: Arc<Shared>,
+    info: StreamInfo,
+    guard: StreamGuard<Node>,
+    node: Option<Node>,
+    subs: BTreeMap<TypeUrl, Slot<P>>,
+    nonces: Nonces,
+    signal: Arc<Signal>,
+    requests: Streaming<P::Request>,
+    outbox: VecDeque<P::Wire>,
+    rate: TokenBucket,
+    status: Arc<Mutex<StreamStatus>>,
+    done: bool,
+}
+
+/// Opens a stream: admission checks, then the loop as a response stream.
+pub(crate) fn open<P: Protocol>(
+    shared: Arc<Shared>,
+    fixed: Option<ResourceType>,
+    request: tonic::Request<Streaming<P::Request>>,
+) -> Result<ResponseStream<P::Wire>, Status> {
+    if shared.shutdown.is_cancelled() {
+        return Err(Status::unavailable("the server is shutting down"));
+    }
+    let open = shared.open.fetch_add(1, Ordering::SeqCst) + 1;
+    let info = StreamInfo {
+        id: shared.next_id.fetch_add(1, Ordering::Relaxed),
+        variant: P::VARIANT,
+        type_url: fixed.map(TypeUrl::from),
+        remote_addr: request.remote_addr(),
+        peer_certificates: request
+            .peer_certs()
+            .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect())),
+    };
+    // From here on, dropping the driver undoes the admission.
+    let status = shared.status.open(info.id, P::LABEL);
+    let driver = Driver::<P> {
+        guard: match &info.type_url {
+            Some(t) => StreamGuard::per_type(t.as_str(), shared.config.allow_anonymous),
+            None => StreamGuard::aggregated(shared.config.allow_anonymous),
+        },
+        node: None,
+        subs: BTreeMap::new(),
+        nonces: Nonces::new(),
+        signal: Arc::new(Signal::new()),
+        requests: request.into_inner(),
+        outbox: VecDeque::new(),
+        rate: TokenBucket::new(
+            shared.config.limits.max_requests_per_second,
+            shared.config.limits.request_burst,
+            Instant::now(),
+        ),
+        status,
+        done: false,
+        info,
+        shared,
+    };
+    if open > driver.shared.config.limits.max_streams {
+        driver.shared.metrics.refused("max_streams");
+        return Err(Status::resource_exhausted(format!(
+            "too many streams: the server serves at most {}",
+            driver.shared.config.limits.max_streams
+        )));
+    }
+    if let Err(refusal) = driver.shared.callbacks.on_stream_open(&driver.info) {
+        driver.shared.metrics.refused("callback");
+        return Err(Status::permission_denied(refusal.0));
+    }
+    tracing::debug!(stream = driver.info.id, variant = P::LABEL, "stream opened");
+    Ok(Box::pin(futures_util::stream::unfold(driver, |mut d| async move {
+        let item = d.next().await?;
+        Some((item, d))
+    })))
+}
+
+impl<P: Protocol> Driver<P> {
+    async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
+        loop {
+            if let Some(wire) = self.outbox.pop_front() {
+                return Some(Ok(wire));
+            }
+            if self.done {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                _ = self.shared.shutdown.cancelled() => {
+                    self.done = true;
+                    return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
+                }
+                message = self.requests.message() => match message {
+                    Ok(Some(request)) => {
+                        if let Err(status) = self.on_request(request) {
+                            self.done = true;
+                            tracing::debug!(stream = self.info.id, %status, "stream refused a request");
+                            return Some(Err(status));
+                        }
+                    }
+                    // The client closed its side, or the transport failed: nothing left to do.
+                    Ok(None) | Err(_) => return None,
+                },
+                _ = self.signal.raised() => {}
+            }
+            self.round();
+        }
+    }
+
+    fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
+        let limits = &self.shared.config.limits;
+        if !self.rate.take(Instant::now()) {
+            self.shared.metrics.refused("rate_limit");
+            return Err(Status::resource_exhausted(format!(
+                "too many requests: a stream may send {} per second (burst {})",
+                limits.max_requests_per_second, limits.request_burst
+            )));
+        }
+        let names = P::names(&request).len();
+        if names > limits.max_names_per_request {
+            self.shared.metrics.refused("max_names");
+            return Err(Status::invalid_argument(format!(
+                "a request may name at most {} resources, this one names {names}",
+                limits.max_names_per_request
+            )));
+        }
+        let (node, type_url) = P::header(&mut request);
+        let first = self.node.is_none();
+        let type_url = match self.guard.check(node, &type_url) {
+            Ok(t) => self.shared.type_url(t),
+            Err(e) => {
+                self.shared.metrics.refused("invalid_request");
+                return Err(Status::invalid_argument(e.to_string()));
+            }
+        };
+        if first {
+            self.start()?;
+        }
+        let node = self.node.as_ref().cloned().unwrap_or_default();
+        self.shared.callbacks.on_request(&self.info, &type_url, P::names(&request));
+        self.shared.metrics.request(P::LABEL, type_url.label());
+        let slot = match self.subs.entry(type_url.clone()) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let watch = self
+                    .shared
+                    .cache
+                    .watch(
+                        WatchRequest { node: &node, type_url: &type_url, variant: P::VARIANT },
+                        self.signal.clone(),
+                    )
+                    .map_err(|e| crate::server::cache_status(&e))?;
+                self.shared.metrics.stream_opened(P::LABEL, type_url.label());
+                v.insert(Slot { sub: P::new_sub(type_url.traits()), watch, sent_at: None })
+            }
+        };
+        let handled = P::handle(&mut slot.sub, request);
+        let mut status = lock(&self.status);
+        let ts = status.types.entry(type_url.to_string()).or_default();
+        ts.last_request_ms = now_ms();
+        match &handled.kind {
+            RequestKind::Ack { nonce, version } => {
+                let latency = slot.sent_at.take().map(|t| t.elapsed());
+                self.shared.metrics.ack(P::LABEL, type_url.label(), latency);
+                self.shared.callbacks.on_ack(&self.info, &type_url, version, nonce);
+                ts.nack = None;
+            }
+            RequestKind::Nack { nonce, version, error } => {
+                slot.sent_at = None;
+                self.shared.metrics.nack(P::LABEL, type_url.label());
+                self.shared.callbacks.on_nack(&self.info, &type_url, version, nonce, error);
+                tracing::info!(stream = self.info.id, node = %node.id, type_url = %type_url, %version, error = %error.message, "NACK");
+                ts.nack = Some(NackStatus {
+                    version: version.clone(),
+                    nonce: nonce.clone(),
+                    error: error.message.clone(),
+                    at_ms: now_ms(),
+                });
+            }
+            RequestKind::Stale { .. } => self.shared.metrics.stale(P::LABEL, type_url.label()),
+            RequestKind::Initial | RequestKind::Spontaneous => {}
+        }
+        P::fill_status(&slot.sub, ts);
+        Ok(())
+    }
+
+    /// The first request: remember the node (rule S2) and let the callbacks authorize it.
+    fn start(&mut self) -> Result<(), Status> {
+        let node = self.guard.node().cloned().unwrap_or_default();
+        if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
+            self.shared.metrics.refused("callback");
+            return Err(Status::permission_denied(refusal.0));
+        }
+        let mut status = lock(&self.status);
+        status.node_id = node.id.clone();
+        status.node_cluster = node.cluster.clone();
+        status.node = Some(node.clone());
+        drop(status);
+        tracing::debug!(stream = self.info.id, node = %node.id, "stream started");
+        self.node = Some(node);
+        Ok(())
+    }
+
+    /// Asks every sub-stream what it owes, in make-before-break order (rule O1).
+    ///
+    /// On ADS, clusters and endpoints that are gone are removed only once every other type is
+    /// quiet (nothing owed, nothing waiting for an ACK): the listeners and routes that used them
+    /// have been updated first. Per-type streams have nothing to order against.
+    fn round(&mut self) {
+        let ads = self.info.type_url.is_none();
+        let types: Vec<TypeUrl> = self.subs.keys().cloned().collect();
+        for t in &types {
+            self.poll(t, ads && defers_removals(t));
+        }
+        if ads {
+            let pending = types.iter().any(|t| P::has_deferred_removals(&self.subs[t].sub));
+            let quiet = types
+                .iter()
+                .filter(|t| !defers_removals(t))
+                .all(|t| !P::awaiting_ack(&self.subs[t].sub));
+            if pending && quiet {
+                for t in types.iter().filter(|t| defers_removals(t)) {
+                    self.poll(t, false);
+                }
+            }
+        }
+    }
+
+    fn poll(&mut self, type_url: &TypeUrl, defer_removals: bool) {
+        let Some(slot) = self.subs.get_mut(type_url) else { return };
+        let cp = self.shared.config.control_plane_id.as_deref();
+        let nonces = &mut self.nonces;
+        let sub = &mut slot.sub;
+        let mut sent = None;
+        slot.watch.read(&mut |view| {
+            sent = P::poll(sub, view, nonces, defer_removals, type_url, cp);
+        });
+        let Some(sent) = sent else { return };
+        slot.sent_at = Some(Instant::now());
+        self.shared.metrics.response(P::LABEL, type_url.label(), sent.bytes);
+        self.shared.callbacks.on_response(
+            &self.info,
+            type_url,
+            &sent.version,
+            &sent.nonce,
+            sent.resources,
+        );
+        {
+            let mut status = lock(&self.status);
+            let ts = status.types.entry(type_url.to_string()).or_default();
+            ts.sent_version = Some(sent.version.clone());
+            ts.sent_nonce = Some(sent.nonce.clone());
+            P::fill_status(&slot.sub, ts);
+        }
+        // Rule D10: a client that got a new RouteConfiguration drops its virtual hosts.
+        if type_url.builtin() == Some(ResourceType::RouteConfiguration)
+            && let Some(vhds) = self.subs.get_mut(&TypeUrl::from(ResourceType::VirtualHost))
+        {
+            for name in &sent.names {
+                P::resend_prefixed(&mut vhds.sub, &format!("{name}/"));
+            }
+        }
+        self.outbox.push_back(sent.wire);
+    }
+}
+
+/// Types whose removals wait for the types that reference them (rule O1).
+fn defers_removals(t: &TypeUrl) -> bool {
+    matches!(t.builtin(), Some(ResourceType::Cluster | ResourceType::ClusterLoadAssignment))
+}
+
+impl<P: Protocol> Drop for Driver<P> {
+    fn drop(&mut self) {
+        self.shared.open.fetch_sub(1, Ordering::SeqCst);
+        self.shared.status.close(self.info.id);
+        for t in self.subs.keys() {
+            self.shared.metrics.stream_closed(P::LABEL, t.label());
+        }
+        self.shared.callbacks.on_stream_closed(&self.info);
+        tracing::debug!(stream = self.info.id, "stream closed");
+    }
+}

@@ -1,0 +1,219 @@
+//! What differs between SotW and delta streams; everything else is shared by the driver.
+
+use std::collections::BTreeMap;
+
+use xds_cache::{DynView, Variant};
+use xds_core::{
+    DeltaRequest, DeltaSubStream, ErrorDetail, Handled, Nonces, SotwRequest, SotwSubStream,
+    TypeTraits,
+};
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use xds_proto::pb::google::rpc::Status as RpcStatus;
+use xds_proto::{EncodedResource, TypeUrl};
+
+use crate::status::TypeStatus;
+use crate::wire::{DeltaWire, SotwWire};
+
+/// What the driver records about a response it sends.
+pub(crate) struct Sent<W> {
+    pub(crate) wire: W,
+    pub(crate) version: String,
+    pub(crate) nonce: String,
+    pub(crate) resources: usize,
+    pub(crate) bytes: usize,
+    /// Names of the resources carried (for rule D10's RouteConfiguration -> virtual hosts).
+    pub(crate) names: Vec<String>,
+}
+
+/// One protocol variant: its messages and its sub-stream state machine.
+pub(crate) trait Protocol: Send + 'static {
+    type Request: prost::Message + Default + Send + 'static;
+    type Wire: prost::Message + Send + 'static;
+    type Sub: Send + 'static;
+    const VARIANT: Variant;
+    const LABEL: &'static str;
+
+    fn new_sub(traits: TypeTraits) -> Self::Sub;
+    /// Takes the node and the type URL out of a request.
+    fn header(request: &mut Self::Request) -> (Option<Node>, String);
+    /// The names a request carries (subscribed names for delta), for limits and callbacks.
+    fn names(request: &Self::Request) -> &[String];
+    fn handle(sub: &mut Self::Sub, request: Self::Request) -> Handled;
+    fn poll(
+        sub: &mut Self::Sub,
+        view: &DynView<'_>,
+        nonces: &mut Nonces,
+        defer_removals: bool,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<Self::Wire>>;
+    fn awaiting_ack(sub: &Self::Sub) -> bool;
+    fn has_deferred_removals(sub: &Self::Sub) -> bool;
+    /// Rule D10: resend subscribed names under `prefix` (delta VHDS only).
+    fn resend_prefixed(sub: &mut Self::Sub, prefix: &str);
+    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus);
+}
+
+fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
+    status.map(|s| ErrorDetail { code: s.code, message: s.message })
+}
+
+/// State of the world.
+pub(crate) struct Sotw;
+
+impl Protocol for Sotw {
+    type Request = DiscoveryRequest;
+    type Wire = SotwWire;
+    type Sub = SotwSubStream<EncodedResource>;
+    const VARIANT: Variant = Variant::Sotw;
+    const LABEL: &'static str = "sotw";
+
+    fn new_sub(traits: TypeTraits) -> Self::Sub {
+        SotwSubStream::new(traits)
+    }
+
+    fn header(request: &mut DiscoveryRequest) -> (Option<Node>, String) {
+        (request.node.take(), std::mem::take(&mut request.type_url))
+    }
+
+    fn names(request: &DiscoveryRequest) -> &[String] {
+        &request.resource_names
+    }
+
+    fn handle(sub: &mut Self::Sub, r: DiscoveryRequest) -> Handled {
+        sub.handle_request(SotwRequest {
+            version_info: r.version_info,
+            resource_names: r.resource_names,
+            response_nonce: r.response_nonce,
+            error_detail: error_detail(r.error_detail),
+        })
+    }
+
+    fn poll(
+        sub: &mut Self::Sub,
+        view: &DynView<'_>,
+        nonces: &mut Nonces,
+        defer_removals: bool,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<SotwWire>> {
+        let response = if defer_removals {
+            sub.poll_response_deferring_removals(view, nonces)
+        } else {
+            sub.poll_response(view, nonces)
+        }?;
+        let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
+        let names = response.resources.iter().map(|r| r.name().to_owned()).collect();
+        let wire = SotwWire::new(type_url, response, control_plane);
+        Some(Sent {
+            version,
+            nonce,
+            resources: wire.resources.len(),
+            bytes: wire.body_bytes(),
+            names,
+            wire,
+        })
+    }
+
+    fn awaiting_ack(sub: &Self::Sub) -> bool {
+        sub.awaiting_ack()
+    }
+
+    fn has_deferred_removals(sub: &Self::Sub) -> bool {
+        sub.has_deferred_removals()
+    }
+
+    fn resend_prefixed(_: &mut Self::Sub, _: &str) {}
+
+    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus) {
+        status.wildcard = sub.subscription().is_wildcard();
+        status.names = sub.subscription().names().iter().cloned().collect();
+        status.acked_version = sub.acked_version().map(str::to_owned);
+        status.resources = held(sub.held());
+    }
+}
+
+/// Incremental.
+pub(crate) struct Delta;
+
+impl Protocol for Delta {
+    type Request = DeltaDiscoveryRequest;
+    type Wire = DeltaWire;
+    type Sub = DeltaSubStream<EncodedResource>;
+    const VARIANT: Variant = Variant::Delta;
+    const LABEL: &'static str = "delta";
+
+    fn new_sub(traits: TypeTraits) -> Self::Sub {
+        DeltaSubStream::new(traits)
+    }
+
+    fn header(request: &mut DeltaDiscoveryRequest) -> (Option<Node>, String) {
+        (request.node.take(), std::mem::take(&mut request.type_url))
+    }
+
+    fn names(request: &DeltaDiscoveryRequest) -> &[String] {
+        &request.resource_names_subscribe
+    }
+
+    fn handle(sub: &mut Self::Sub, r: DeltaDiscoveryRequest) -> Handled {
+        sub.handle_request(DeltaRequest {
+            subscribe: r.resource_names_subscribe,
+            unsubscribe: r.resource_names_unsubscribe,
+            initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
+            response_nonce: r.response_nonce,
+            error_detail: error_detail(r.error_detail),
+        })
+    }
+
+    fn poll(
+        sub: &mut Self::Sub,
+        view: &DynView<'_>,
+        nonces: &mut Nonces,
+        defer_removals: bool,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<DeltaWire>> {
+        let response = if defer_removals {
+            sub.poll_response_deferring_removals(view, nonces)
+        } else {
+            sub.poll_response(view, nonces)
+        }?;
+        let (version, nonce) = (response.system_version_info.clone(), response.nonce.clone());
+        let names: Vec<String> = response.resources.iter().map(|e| e.name().to_owned()).collect();
+        let bytes = response
+            .resources
+            .iter()
+            .map(|e| match e {
+                xds_core::DeltaResource::Present { resource, .. } => resource.value().len(),
+                xds_core::DeltaResource::Absent { .. } => 0,
+            })
+            .sum();
+        let wire = DeltaWire::new(type_url, response, control_plane);
+        Some(Sent { version, nonce, resources: names.len(), bytes, names, wire })
+    }
+
+    fn awaiting_ack(sub: &Self::Sub) -> bool {
+        sub.awaiting_ack()
+    }
+
+    fn has_deferred_removals(sub: &Self::Sub) -> bool {
+        sub.has_deferred_removals()
+    }
+
+    fn resend_prefixed(sub: &mut Self::Sub, prefix: &str) {
+        sub.resend_where(|name| name.starts_with(prefix));
+    }
+
+    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus) {
+        status.wildcard = sub.subscription().is_wildcard();
+        status.names = sub.subscription().names().iter().cloned().collect();
+        status.resources = held(sub.held());
+    }
+}
+
+fn held<'a>(
+    it: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> BTreeMap<String, Option<String>> {
+    it.map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect()
+}

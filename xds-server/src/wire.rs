@@ -1,0 +1,328 @@
+//! Responses written straight from encoded resources.
+//!
+//! `SotwWire` and `DeltaWire` encode exactly like `DiscoveryResponse` and
+//! `DeltaDiscoveryResponse`, but each resource's body is copied from the bytes the cache encoded
+//! once: sending the same resources to N clients costs N copies of bytes, never N protobuf
+//! encodes. They are meant to be encoded only: decoding one skips every field (the server never
+//! reads a response; decode a `DiscoveryResponse` instead).
+
+use bytes::{Buf, BufMut};
+use prost::encoding::{self, DecodeContext, WireType};
+use prost::{DecodeError, Message};
+use xds_core::{DeltaResource, DeltaResponse, SotwResponse};
+use xds_proto::{EncodedResource, TypeUrl};
+
+/// A `DiscoveryResponse` over encoded resources.
+#[derive(Debug, Default)]
+pub struct SotwWire {
+    /// Field 1.
+    pub version_info: String,
+    /// Field 2: each encoded as an `Any`.
+    pub resources: Vec<EncodedResource>,
+    /// Field 4.
+    pub type_url: String,
+    /// Field 5.
+    pub nonce: String,
+    /// Field 6: `ControlPlane.identifier`, if set.
+    pub control_plane: Option<String>,
+}
+
+/// A `DeltaDiscoveryResponse` over encoded resources.
+#[derive(Debug, Default)]
+pub struct DeltaWire {
+    /// Field 1.
+    pub system_version_info: String,
+    /// Field 2: `Resource` messages.
+    pub resources: Vec<DeltaResource<EncodedResource>>,
+    /// Field 4.
+    pub type_url: String,
+    /// Field 5.
+    pub nonce: String,
+    /// Field 6.
+    pub removed_resources: Vec<String>,
+    /// Field 7: `ControlPlane.identifier`, if set.
+    pub control_plane: Option<String>,
+}
+
+impl SotwWire {
+    /// The wire form of a core response for `type_url`.
+    pub fn new(type_url: &TypeUrl, r: SotwResponse<EncodedResource>, cp: Option<&str>) -> Self {
+        SotwWire {
+            version_info: r.version_info,
+            resources: r.resources,
+            type_url: type_url.as_str().to_owned(),
+            nonce: r.nonce,
+            control_plane: cp.map(str::to_owned),
+        }
+    }
+
+    /// The bytes of resource bodies carried (for metrics).
+    pub fn body_bytes(&self) -> usize {
+        self.resources.iter().map(|r| r.value().len()).sum()
+    }
+}
+
+impl DeltaWire {
+    /// The wire form of a core response for `type_url`.
+    pub fn new(type_url: &TypeUrl, r: DeltaResponse<EncodedResource>, cp: Option<&str>) -> Self {
+        DeltaWire {
+            system_version_info: r.system_version_info,
+            resources: r.resources,
+            type_url: type_url.as_str().to_owned(),
+            nonce: r.nonce,
+            removed_resources: r.removed_resources,
+            control_plane: cp.map(str::to_owned),
+        }
+    }
+}
+
+fn string_len(tag: u32, s: &str) -> usize {
+    if s.is_empty() { 0 } else { encoding::string::encoded_len(tag, &s.to_owned()) }
+}
+
+fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
+    if !s.is_empty() {
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(s.len() as u64, buf);
+        buf.put_slice(s.as_bytes());
+    }
+}
+
+fn put_bytes_field(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(bytes.len() as u64, buf);
+    buf.put_slice(bytes);
+}
+
+fn len_delimited(tag: u32, body_len: usize) -> usize {
+    encoding::key_len(tag) + encoding::encoded_len_varint(body_len as u64) + body_len
+}
+
+/// The length of `Any { type_url, value }`.
+fn any_len(r: &EncodedResource) -> usize {
+    string_len(1, r.type_url().as_str()) + len_delimited(2, r.value().len())
+}
+
+fn put_any(tag: u32, r: &EncodedResource, buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(any_len(r) as u64, buf);
+    put_string(1, r.type_url().as_str(), buf);
+    put_bytes_field(2, r.value(), buf);
+}
+
+fn control_plane_len(tag: u32, cp: &Option<String>) -> usize {
+    cp.as_deref().map_or(0, |id| len_delimited(tag, string_len(1, id)))
+}
+
+fn put_control_plane(tag: u32, cp: &Option<String>, buf: &mut impl BufMut) {
+    if let Some(id) = cp {
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(string_len(1, id) as u64, buf);
+        put_string(1, id, buf);
+    }
+}
+
+/// `Duration { seconds = 1, nanos = 2 }` of a TTL.
+fn duration_len(d: std::time::Duration) -> usize {
+    let secs = d.as_secs();
+    let nanos = d.subsec_nanos();
+    (if secs > 0 { 1 + encoding::encoded_len_varint(secs) } else { 0 })
+        + (if nanos > 0 { 1 + encoding::encoded_len_varint(u64::from(nanos)) } else { 0 })
+}
+
+fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(duration_len(d) as u64, buf);
+    if d.as_secs() > 0 {
+        encoding::encode_key(1, WireType::Varint, buf);
+        encoding::encode_varint(d.as_secs(), buf);
+    }
+    if d.subsec_nanos() > 0 {
+        encoding::encode_key(2, WireType::Varint, buf);
+        encoding::encode_varint(u64::from(d.subsec_nanos()), buf);
+    }
+}
+
+/// The body length of one delta `Resource` message.
+fn delta_resource_len(e: &DeltaResource<EncodedResource>) -> usize {
+    match e {
+        DeltaResource::Present { resource, aliases } => {
+            string_len(1, resource.version())
+                + len_delimited(2, any_len(resource))
+                + string_len(3, resource.name())
+                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+                + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
+        }
+        DeltaResource::Absent { name, aliases } => {
+            string_len(3, name) + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+        }
+    }
+}
+
+fn put_delta_resource(e: &DeltaResource<EncodedResource>, buf: &mut impl BufMut) {
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(delta_resource_len(e) as u64, buf);
+    match e {
+        DeltaResource::Present { resource, aliases } => {
+            put_string(1, resource.version(), buf);
+            put_any(2, resource, buf);
+            put_string(3, resource.name(), buf);
+            for a in aliases {
+                put_bytes_field(4, a.as_bytes(), buf);
+            }
+            if let Some(ttl) = resource.ttl() {
+                put_duration(6, ttl, buf);
+            }
+        }
+        DeltaResource::Absent { name, aliases } => {
+            put_string(3, name, buf);
+            for a in aliases {
+                put_bytes_field(4, a.as_bytes(), buf);
+            }
+        }
+    }
+}
+
+impl Message for SotwWire {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        put_string(1, &self.version_info, buf);
+        for r in &self.resources {
+            put_any(2, r, buf);
+        }
+        put_string(4, &self.type_url, buf);
+        put_string(5, &self.nonce, buf);
+        put_control_plane(6, &self.control_plane, buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        string_len(1, &self.version_info)
+            + self.resources.iter().map(|r| len_delimited(2, any_len(r))).sum::<usize>()
+            + string_len(4, &self.type_url)
+            + string_len(5, &self.nonce)
+            + control_plane_len(6, &self.control_plane)
+    }
+
+    fn clear(&mut self) {
+        *self = SotwWire::default();
+    }
+}
+
+impl Message for DeltaWire {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        put_string(1, &self.system_version_info, buf);
+        for e in &self.resources {
+            put_delta_resource(e, buf);
+        }
+        put_string(4, &self.type_url, buf);
+        put_string(5, &self.nonce, buf);
+        for name in &self.removed_resources {
+            put_bytes_field(6, name.as_bytes(), buf);
+        }
+        put_control_plane(7, &self.control_plane, buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        string_len(1, &self.system_version_info)
+            + self.resources.iter().map(|e| len_delimited(2, delta_resource_len(e))).sum::<usize>()
+            + string_len(4, &self.type_url)
+            + string_len(5, &self.nonce)
+            + self.removed_resources.iter().map(|n| len_delimited(6, n.len())).sum::<usize>()
+            + control_plane_len(7, &self.control_plane)
+    }
+
+    fn clear(&mut self) {
+        *self = DeltaWire::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+    use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
+
+    fn cluster(name: &str) -> EncodedResource {
+        EncodedResource::new(&Cluster { name: name.into(), ..Default::default() }).unwrap()
+    }
+
+    #[test]
+    fn sotw_wire_decodes_as_a_discovery_response() {
+        let wire = SotwWire {
+            version_info: "v1".into(),
+            resources: vec![cluster("a"), cluster("b")],
+            type_url: xds_proto::ResourceType::Cluster.type_url().into(),
+            nonce: "7".into(),
+            control_plane: Some("cp-1".into()),
+        };
+        let bytes = wire.encode_to_vec();
+        assert_eq!(bytes.len(), wire.encoded_len());
+        let decoded = DiscoveryResponse::decode(&*bytes).unwrap();
+        assert_eq!(decoded.version_info, "v1");
+        assert_eq!(decoded.nonce, "7");
+        assert_eq!(decoded.type_url, wire.type_url);
+        assert_eq!(decoded.control_plane.unwrap().identifier, "cp-1");
+        let names: Vec<String> = decoded
+            .resources
+            .iter()
+            .map(|any| Cluster::decode(&*any.value).unwrap().name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(decoded.resources[0], cluster("a").to_any());
+    }
+
+    #[test]
+    fn delta_wire_decodes_as_a_delta_discovery_response() {
+        let wire = DeltaWire {
+            system_version_info: "sys".into(),
+            resources: vec![
+                DeltaResource::Present {
+                    resource: cluster("a").with_ttl(Duration::from_millis(1500)),
+                    aliases: vec!["x".into()],
+                },
+                DeltaResource::Absent { name: "gone".into(), aliases: vec!["gone".into()] },
+            ],
+            type_url: "t".into(),
+            nonce: "n".into(),
+            removed_resources: vec!["r1".into(), "r2".into()],
+            control_plane: None,
+        };
+        let bytes = wire.encode_to_vec();
+        assert_eq!(bytes.len(), wire.encoded_len());
+        let d = DeltaDiscoveryResponse::decode(&*bytes).unwrap();
+        assert_eq!(d.system_version_info, "sys");
+        assert_eq!(d.removed_resources, ["r1", "r2"]);
+        assert_eq!(d.resources.len(), 2);
+        let a = &d.resources[0];
+        assert_eq!(a.name, "a");
+        assert_eq!(a.version, cluster("a").version());
+        assert_eq!(a.aliases, ["x"]);
+        assert_eq!(a.resource.as_ref().unwrap(), &cluster("a").to_any());
+        let ttl = a.ttl.as_ref().unwrap();
+        assert_eq!((ttl.seconds, ttl.nanos), (1, 500_000_000));
+        let gone = &d.resources[1];
+        assert_eq!((gone.name.as_str(), gone.resource.is_none()), ("gone", true));
+        assert_eq!(gone.aliases, ["gone"]);
+        assert!(d.control_plane.is_none());
+    }
+}
