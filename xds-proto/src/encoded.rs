@@ -10,7 +10,7 @@ use prost::Message;
 use crate::canonical::canonical_bytes;
 use crate::pb::google::protobuf::Any;
 use crate::resource::XdsResource;
-use crate::resource_type::TypeUrl;
+use crate::resource_type::{ResourceType, TypeUrl};
 
 /// A resource encoded once, shared by every stream and node group that serves it.
 ///
@@ -42,6 +42,14 @@ pub enum EncodeError {
     EmptyName {
         /// The resource's type URL.
         type_url: String,
+    },
+    /// The bytes of an `Any` are not a valid message of its type, or its type is unknown.
+    #[error("cannot read a {type_url} resource: {message}")]
+    Decode {
+        /// The resource's type URL.
+        type_url: String,
+        /// What went wrong.
+        message: String,
     },
 }
 
@@ -79,6 +87,32 @@ impl EncodedResource {
             value: Bytes::copy_from_slice(&canonical),
             ttl: None,
         })))
+    }
+
+    /// Wraps a resource packed in an `Any` (from a configuration file, another server, ...),
+    /// named by its own name field. Built-in types are decoded to find the name; custom types are
+    /// read through the descriptor pool (their name field is `name`).
+    pub fn from_any(any: &Any) -> Result<Self, EncodeError> {
+        let type_url = TypeUrl::parse(&any.type_url);
+        let decode_error = |e: &dyn fmt::Display| EncodeError::Decode {
+            type_url: any.type_url.clone(),
+            message: e.to_string(),
+        };
+        let name = match type_url.builtin() {
+            Some(t) => builtin_name(t, &any.value).map_err(|e| decode_error(&e))?,
+            None => {
+                let descriptor = crate::descriptor::descriptor_pool()
+                    .get_message_by_name(type_url.message_name())
+                    .ok_or_else(|| decode_error(&"the type is not in the descriptor pool"))?;
+                let message =
+                    prost_reflect::DynamicMessage::decode(descriptor, any.value.as_slice())
+                        .map_err(|e| decode_error(&e))?;
+                message.get_field_by_name("name").and_then(|v| v.as_str().map(str::to_owned))
+            }
+        };
+        let name =
+            name.ok_or_else(|| EncodeError::MissingName { type_url: any.type_url.clone() })?;
+        Self::from_encoded(type_url, &name, &any.value)
     }
 
     /// The same resource with a time to live: clients drop it unless a response or a heartbeat
@@ -172,6 +206,34 @@ impl xds_core::Resource for EncodedResource {
     }
 }
 
+/// The name of an encoded built-in resource (`None` for an LEDS `LbEndpoint`, which has none).
+fn builtin_name(t: ResourceType, bytes: &[u8]) -> Result<Option<String>, prost::DecodeError> {
+    use crate::pb::envoy::config::cluster::v3::Cluster;
+    use crate::pb::envoy::config::core::v3::TypedExtensionConfig;
+    use crate::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use crate::pb::envoy::config::listener::v3::Listener;
+    use crate::pb::envoy::config::route::v3::{
+        RouteConfiguration, ScopedRouteConfiguration, VirtualHost,
+    };
+    use crate::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+    use crate::pb::envoy::service::runtime::v3::Runtime;
+    fn name_of<M: XdsResource>(bytes: &[u8]) -> Result<Option<String>, prost::DecodeError> {
+        Ok(M::decode(bytes)?.resource_name().map(str::to_owned))
+    }
+    match t {
+        ResourceType::Cluster => name_of::<Cluster>(bytes),
+        ResourceType::ClusterLoadAssignment => name_of::<ClusterLoadAssignment>(bytes),
+        ResourceType::Listener => name_of::<Listener>(bytes),
+        ResourceType::RouteConfiguration => name_of::<RouteConfiguration>(bytes),
+        ResourceType::ScopedRouteConfiguration => name_of::<ScopedRouteConfiguration>(bytes),
+        ResourceType::VirtualHost => name_of::<VirtualHost>(bytes),
+        ResourceType::Secret => name_of::<Secret>(bytes),
+        ResourceType::Runtime => name_of::<Runtime>(bytes),
+        ResourceType::TypedExtensionConfig => name_of::<TypedExtensionConfig>(bytes),
+        ResourceType::LbEndpoint => Ok(None),
+    }
+}
+
 /// The version string of canonical bytes: XXH3-64 is stable across processes, platforms and
 /// releases of the `xxhash-rust` crate (it is a specified algorithm), unlike `std`'s hashers.
 fn content_version(canonical: &[u8]) -> Box<str> {
@@ -219,6 +281,18 @@ mod tests {
             EncodedResource::new(&Cluster::default()),
             Err(EncodeError::EmptyName { .. })
         ));
+    }
+
+    #[test]
+    fn from_any_finds_the_name() {
+        let cluster = Cluster { name: "c".into(), ..Default::default() };
+        let r = EncodedResource::new(&cluster).unwrap();
+        let back = EncodedResource::from_any(&r.to_any()).unwrap();
+        assert_eq!((back.name(), back.version()), ("c", r.version()));
+        let bad = Any { type_url: r.type_url().as_str().to_owned(), value: vec![0xff, 0xff] };
+        assert!(matches!(EncodedResource::from_any(&bad), Err(EncodeError::Decode { .. })));
+        let unknown = Any { type_url: "type.googleapis.com/acme.Nope".into(), value: vec![] };
+        assert!(matches!(EncodedResource::from_any(&unknown), Err(EncodeError::Decode { .. })));
     }
 
     #[test]

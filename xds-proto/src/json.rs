@@ -206,7 +206,9 @@ fn classify(path: &serde_path_to_error::Path, message: String) -> JsonError {
 }
 
 /// Parses YAML into JSON, applying `<<` merge keys.
-fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
+/// Converts YAML text to a JSON value, applying `<<` merge keys (for documents that hold more
+/// than one message, such as a control plane's configuration file).
+pub fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
     let syntax = |e: serde_yaml::Error| JsonError::Syntax {
         line: e.location().map(|l| l.line()),
         column: e.location().map(|l| l.column()),

@@ -12,7 +12,9 @@ mod callbacks;
 mod config;
 mod csds;
 mod fetch;
+mod files;
 mod metrics;
+mod rest;
 mod server;
 mod status;
 mod stream;
@@ -20,6 +22,7 @@ mod wire;
 
 pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo};
 pub use config::{Limits, ServerConfig};
+pub use files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
 pub use server::{XdsServer, XdsServerBuilder};
 pub use status::{NackStatus, StatusRegistry, StreamStatus, TypeStatus};

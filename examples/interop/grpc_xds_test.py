@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Interop test: a real proxyless gRPC client (grpcio) against xds-file-server.
+
+The client dials ``xds:///demo-service``; xds-file-server serves the Listener, RouteConfiguration,
+Cluster and ClusterLoadAssignment from a YAML file that this script rewrites while it runs:
+
+  1. started    the server starts on free ports and answers /healthz
+  2. routed     RPCs reach backend A (the only endpoint)
+  3. updated    the endpoint moves to backend B: RPCs reach B
+  4. nack       a Cluster that gRPC rejects: /status shows the client's NACK, RPCs still reach B
+  5. recovered  a valid Cluster again: the NACK clears, the client ACKs the version sent
+  6. bad-config a YAML syntax error: /status shows config.error, serving goes on; then restored
+
+Usage: grpc_xds_test.py [SERVER_BINARY]   (default: <repo>/target/debug/xds-file-server)
+Prints one ``PASS step: ...`` / ``FAIL step: ...`` line per step and ends with
+``N passed, M failed``; exits non-zero on any failure. Every wait is bounded.
+"""
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLUSTER_URL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+NODE_ID = "interop-client"
+STEPS = ["started", "routed", "updated", "nack", "recovered", "bad-config"]
+
+# How long each kind of wait may take, in seconds.
+HEALTHZ_WAIT = 20
+FIRST_ROUTE_WAIT = 30
+UPDATE_WAIT = 15
+STATUS_WAIT = 15
+RPC_TIMEOUT = 2
+STEADY_RPCS = 5  # RPCs that must all reach the expected backend once a step has converged
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render_config(backend_port, lb_policy="ROUND_ROBIN", cluster_type="EDS", connect_timeout="1s"):
+    """The configuration file: one API listener, its route, one EDS cluster, one endpoint."""
+    return f"""\
+# Written by examples/interop/grpc_xds_test.py
+resources:
+  - "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+    name: demo-service
+    api_listener:
+      api_listener:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        stat_prefix: demo
+        rds:
+          route_config_name: demo-route
+          config_source: {{ ads: {{}}, resource_api_version: V3 }}
+        http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - "@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration
+    name: demo-route
+    virtual_hosts:
+      - name: demo
+        domains: ["*"]
+        routes:
+          - match: {{ prefix: "" }}
+            route: {{ cluster: demo-cluster }}
+  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+    name: demo-cluster
+    type: {cluster_type}
+    connect_timeout: {connect_timeout}
+    lb_policy: {lb_policy}
+    eds_cluster_config:
+      eds_config: {{ ads: {{}}, resource_api_version: V3 }}
+  - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+    cluster_name: demo-cluster
+    endpoints:
+      - locality: {{ region: local }}
+        load_balancing_weight: 1
+        lb_endpoints:
+          - endpoint:
+              address:
+                socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }}
+"""
+
+
+def write_atomically(path, text):
+    """Writes a temp file beside `path`, then renames it over `path`: the server never reads half."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".config-", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class StepFailed(Exception):
+    pass
+
+
+class Test:
+    def __init__(self, grpc, server_bin, workdir, grpc_port):
+        self.grpc = grpc
+        self.server_bin = server_bin
+        self.workdir = workdir
+        self.config_path = os.path.join(workdir, "config.yaml")
+        self.log_path = os.path.join(workdir, "server.log")
+        self.grpc_port = grpc_port
+        self.http_port = free_port()
+        self.backends = {}  # name -> (server, port)
+        self.server = None
+        self.log_file = None
+        self.channel = None
+        self.rpc = None
+
+    # --- processes --------------------------------------------------------------------------
+
+    def start_backend(self, name):
+        grpc = self.grpc
+        from concurrent import futures
+
+        reply = f"backend-{name}".encode()
+        handler = grpc.method_handlers_generic_handler(
+            "demo.Echo", {"Who": grpc.unary_unary_rpc_method_handler(lambda req, ctx: reply)}
+        )
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.backends[name] = (server, port)
+        return port
+
+    def start_server(self):
+        self.log_file = open(self.log_path, "wb")
+        env = dict(os.environ, NO_COLOR="1")
+        self.server = subprocess.Popen(
+            [
+                self.server_bin,
+                "--config", self.config_path,
+                "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
+                "--http-addr", f"127.0.0.1:{self.http_port}",
+                "--log", "info",
+            ],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+    def stop(self):
+        if self.channel is not None:
+            self.channel.close()
+        if self.server is not None and self.server.poll() is None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait(timeout=5)
+        if self.log_file is not None:
+            self.log_file.close()
+        for server, _ in self.backends.values():
+            server.stop(grace=None)
+
+    def server_log_tail(self, lines=25):
+        try:
+            with open(self.log_path, "rb") as f:
+                tail = collections.deque(f, maxlen=lines)
+        except OSError as e:
+            return f"    (no server log: {e})"
+        return "".join("    | " + l.decode("utf-8", "replace") for l in tail).rstrip()
+
+    def check_server_alive(self):
+        if self.server is not None and self.server.poll() is not None:
+            raise StepFailed(f"xds-file-server exited with status {self.server.returncode}")
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    def http_get(self, path, timeout=2):
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+
+    def status(self):
+        _, body = self.http_get("/status")
+        return json.loads(body)
+
+    def cluster_status(self, status):
+        """The Cluster type's status on the client's newest stream (None if not subscribed yet)."""
+        streams = [s for s in status.get("streams", []) if s.get("node_id") == NODE_ID]
+        if not streams:
+            return None
+        stream = max(streams, key=lambda s: s.get("stream", 0))
+        return stream.get("types", {}).get(CLUSTER_URL)
+
+    # --- RPCs -------------------------------------------------------------------------------
+
+    def call(self):
+        """One RPC through xds:///demo-service: the backend's reply, or raises grpc.RpcError."""
+        return self.rpc(b"", timeout=RPC_TIMEOUT).decode()
+
+    def call_until(self, expected, wait):
+        """RPCs until one reaches `expected`, for at most `wait` seconds; returns how many it took."""
+        deadline = time.monotonic() + wait
+        tries, last = 0, None
+        while time.monotonic() < deadline:
+            self.check_server_alive()
+            tries += 1
+            try:
+                got = self.call()
+                if got == expected:
+                    return tries
+                last = f"reply {got!r}"
+            except self.grpc.RpcError as e:
+                last = f"{e.code().name}: {e.details()}"
+            time.sleep(0.1)
+        raise StepFailed(f"no RPC reached {expected} within {wait}s ({tries} tries; last: {last})")
+
+    def expect_steady(self, expected, count=STEADY_RPCS):
+        """`count` RPCs in a row that all reach `expected`."""
+        for i in range(count):
+            try:
+                got = self.call()
+            except self.grpc.RpcError as e:
+                raise StepFailed(f"RPC {i + 1}/{count} failed: {e.code().name}: {e.details()}")
+            if got != expected:
+                raise StepFailed(f"RPC {i + 1}/{count} reached {got}, expected {expected}")
+
+    def wait_loads(self, before, wait=STATUS_WAIT):
+        """Waits until the server has loaded the config more times than `before`."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            self.check_server_alive()
+            config = self.status().get("config", {})
+            if config.get("loads", 0) > before:
+                return config
+            if config.get("error"):
+                raise StepFailed(f"the server rejected the config: {config['error']}")
+            time.sleep(0.1)
+        raise StepFailed(f"the server did not reload the config within {wait}s")
+
+    def poll_status(self, what, predicate, wait=STATUS_WAIT, during=None):
+        """Polls /status until predicate(status) is truthy; runs during() on every round."""
+        deadline = time.monotonic() + wait
+        last = None
+        while time.monotonic() < deadline:
+            self.check_server_alive()
+            last = self.status()
+            found = predicate(last)
+            if found:
+                return found
+            if during is not None:
+                during()
+            time.sleep(0.2)
+        shown = json.dumps(self.cluster_status(last) if last else None)
+        raise StepFailed(f"{what} not seen within {wait}s; Cluster status: {shown}; config: {json.dumps(last.get('config') if last else None)}")
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def step_started(self):
+        port_a = self.start_backend("A")
+        port_b = self.start_backend("B")
+        self.port_a, self.port_b = port_a, port_b
+        write_atomically(self.config_path, render_config(port_a))
+        self.start_server()
+        deadline = time.monotonic() + HEALTHZ_WAIT
+        last = None
+        while time.monotonic() < deadline:
+            self.check_server_alive()
+            try:
+                code, body = self.http_get("/healthz", timeout=1)
+                if code == 200:
+                    break
+                last = f"HTTP {code}"
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.1)
+        else:
+            raise StepFailed(f"/healthz did not answer within {HEALTHZ_WAIT}s (last: {last})")
+        config = self.status().get("config", {})
+        if config.get("error") or config.get("loads", 0) < 1:
+            raise StepFailed(f"the initial config did not load: {json.dumps(config)}")
+        self.channel = self.grpc.insecure_channel("xds:///demo-service")
+        self.rpc = self.channel.unary_unary("/demo.Echo/Who")
+        return (f"server up (gRPC :{self.grpc_port}, HTTP :{self.http_port}), "
+                f"backends A :{port_a}, B :{port_b}")
+
+    def step_routed(self):
+        t0 = time.monotonic()
+        tries = self.call_until("backend-A", FIRST_ROUTE_WAIT)
+        took = time.monotonic() - t0
+        self.expect_steady("backend-A")
+        cluster = self.cluster_status(self.status())
+        acked = cluster and cluster.get("acked_version")
+        if not acked:
+            raise StepFailed(f"RPCs work but /status shows no ACKed Cluster: {json.dumps(cluster)}")
+        return f"xds:///demo-service reached backend-A after {took:.1f}s ({tries} tries); Cluster acked {acked}"
+
+    def step_updated(self):
+        loads = self.status()["config"]["loads"]
+        t0 = time.monotonic()
+        write_atomically(self.config_path, render_config(self.port_b))
+        self.wait_loads(loads)
+        self.call_until("backend-B", UPDATE_WAIT)
+        took = time.monotonic() - t0
+        self.expect_steady("backend-B")
+        return f"endpoint moved to backend-B; RPCs followed within {took:.1f}s"
+
+    def step_nack(self):
+        before = self.cluster_status(self.status()) or {}
+        good = before.get("acked_version")
+        loads = self.status()["config"]["loads"]
+        # Envoy accepts MAGLEV; gRPC has no Maglev balancer and must reject the Cluster.
+        write_atomically(self.config_path, render_config(self.port_b, lb_policy="MAGLEV"))
+        self.wait_loads(loads)
+        rpcs = [0]
+
+        def keep_serving():
+            self.expect_steady("backend-B", count=1)
+            rpcs[0] += 1
+
+        def nacked(status):
+            c = self.cluster_status(status)
+            nack = c and c.get("nack")
+            return (c, nack) if nack and nack.get("error") else None
+
+        cluster, nack = self.poll_status("a NACK of the Cluster", nacked, during=keep_serving)
+        if good and cluster.get("acked_version") != good:
+            raise StepFailed(f"acked_version moved from {good} to {cluster.get('acked_version')} despite the NACK")
+        if cluster.get("sent_version") == good:
+            raise StepFailed(f"the rejected Cluster was not sent as a new version: {json.dumps(cluster)}")
+        self.expect_steady("backend-B")
+        self.nacked_version = cluster.get("sent_version")
+        error = " ".join(nack["error"].split())
+        if len(error) > 160:
+            error = error[:157] + "..."
+        return (f"client NACKed version {self.nacked_version} (kept {nack.get('version')!r}): {error!r}; "
+                f"{rpcs[0] + STEADY_RPCS} RPCs meanwhile all reached backend-B")
+
+    def step_recovered(self):
+        loads = self.status()["config"]["loads"]
+        write_atomically(self.config_path, render_config(self.port_b, connect_timeout="2s"))
+        self.wait_loads(loads)
+
+        def recovered(status):
+            c = self.cluster_status(status)
+            if not c or c.get("nack") is not None:
+                return None
+            sent, acked = c.get("sent_version"), c.get("acked_version")
+            if sent and acked == sent and sent != self.nacked_version:
+                return c
+            return None
+
+        cluster = self.poll_status("the NACK cleared and the new Cluster ACKed", recovered,
+                                   during=lambda: self.expect_steady("backend-B", count=1))
+        self.expect_steady("backend-B")
+        return f"nack cleared, client ACKed version {cluster['acked_version']}; RPCs reach backend-B"
+
+    def step_bad_config(self):
+        config = self.status()["config"]
+        loads = config["loads"]
+        good_text = render_config(self.port_b, connect_timeout="2s")
+        write_atomically(self.config_path, "resources:\n  - [unclosed\n    name: {oops\n")
+
+        def rejected(status):
+            c = status.get("config", {})
+            return c.get("error") or None
+
+        error = self.poll_status("config.error", rejected,
+                                 during=lambda: self.expect_steady("backend-B", count=1))
+        if self.status()["config"].get("loads") != loads:
+            raise StepFailed("the invalid config counted as a load")
+        self.expect_steady("backend-B")
+        cluster = self.cluster_status(self.status())
+        if not cluster or cluster.get("nack") is not None:
+            raise StepFailed(f"the Cluster status changed: {json.dumps(cluster)}")
+        write_atomically(self.config_path, good_text)
+        self.wait_loads(loads)
+
+        def cleared(status):
+            return status.get("config", {}).get("error") is None
+
+        self.poll_status("config.error cleared", cleared)
+        self.expect_steady("backend-B")
+        error = " ".join(error.split())
+        if len(error) > 120:
+            error = error[:117] + "..."
+        return f"invalid YAML reported ({error!r}) while RPCs kept reaching backend-B; restored, error cleared"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("server", nargs="?", default=os.path.join(REPO, "target", "debug", "xds-file-server"),
+                        help="the xds-file-server binary (default: %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (config, server log)")
+    args = parser.parse_args()
+    server_bin = os.path.abspath(args.server)
+    if not os.access(server_bin, os.X_OK):
+        print(f"FAIL started: no executable at {server_bin} (cargo build -p examples --bin xds-file-server)")
+        print(f"0 passed, {len(STEPS)} failed")
+        return 1
+
+    # The xDS port must be in the bootstrap before grpc is imported.
+    grpc_port = free_port()
+    os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps({
+        "xds_servers": [{
+            "server_uri": f"127.0.0.1:{grpc_port}",
+            "channel_creds": [{"type": "insecure"}],
+            "server_features": ["xds_v3"],
+        }],
+        "node": {"id": NODE_ID, "cluster": "interop"},
+    })
+    import grpc
+
+    print(f"grpcio {grpc.__version__}, server {server_bin}")
+    workdir = tempfile.mkdtemp(prefix="xds-interop-")
+    test = Test(grpc, server_bin, workdir, grpc_port)
+    passed = failed = 0
+    started = time.monotonic()
+    try:
+        for name in STEPS:
+            if failed:
+                print(f"FAIL {name}: skipped (an earlier step failed)")
+                failed += 1
+                continue
+            t0 = time.monotonic()
+            try:
+                detail = getattr(test, "step_" + name.replace("-", "_"))()
+                print(f"PASS {name}: {detail} [{time.monotonic() - t0:.1f}s]")
+                passed += 1
+            except Exception as e:  # noqa: BLE001 - every failure is reported the same way
+                failed += 1
+                reason = str(e) if isinstance(e, StepFailed) else "".join(
+                    traceback.format_exception_only(type(e), e)).strip()
+                print(f"FAIL {name}: {reason} [{time.monotonic() - t0:.1f}s]")
+                print("  last lines of the server's log:")
+                print(test.server_log_tail())
+            sys.stdout.flush()
+    finally:
+        test.stop()
+        if args.keep or failed:
+            print(f"(config and server log kept in {workdir})")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"total time {time.monotonic() - started:.1f}s")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

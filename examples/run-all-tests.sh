@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test of the project: the Rust workspace (unit, integration, property and doc tests,
+# a smoke run of the benchmarks), then the interop test with a real xDS client (Python grpcio),
+# which this script installs into target/interop-venv itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test (workspace, benches as smoke tests)"
+cargo test --workspace
+cargo test --workspace --benches
+
+echo "== interop: Python grpcio xDS client through xds-file-server"
+cargo build -p examples --bin xds-file-server
+venv=target/interop-venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r examples/interop/requirements.txt
+"$venv/bin/python" examples/interop/grpc_xds_test.py target/debug/xds-file-server

@@ -1,0 +1,8 @@
+//! Runnable control planes built on the xds crates, and the pieces they share.
+//!
+//! - `xds-file-server`: serves Envoy resources from YAML/JSON files, reloading them on change.
+//! - `linear-endpoints`: a programmatic control plane over a `LinearCache`.
+//! - `custom-cache`: a `Cache` over an inventory of your own types.
+
+pub mod config;
+pub mod resources;
