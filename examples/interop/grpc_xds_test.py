@@ -236,15 +236,16 @@ class Test:
             if got != expected:
                 raise StepFailed(f"RPC {i + 1}/{count} reached {got}, expected {expected}")
 
-    def wait_loads(self, before, wait=STATUS_WAIT):
-        """Waits until the server has loaded the config more times than `before`."""
+    def wait_loads(self, before, wait=STATUS_WAIT, stale_error=None):
+        """Waits until the server has loaded the config more times than `before`; fails early if
+        it reports an error (other than `stale_error`, the one from before the rewrite)."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             self.check_server_alive()
             config = self.status().get("config", {})
             if config.get("loads", 0) > before:
                 return config
-            if config.get("error"):
+            if config.get("error") and config["error"] != stale_error:
                 raise StepFailed(f"the server rejected the config: {config['error']}")
             time.sleep(0.1)
         raise StepFailed(f"the server did not reload the config within {wait}s")
@@ -385,7 +386,7 @@ class Test:
         if not cluster or cluster.get("nack") is not None:
             raise StepFailed(f"the Cluster status changed: {json.dumps(cluster)}")
         write_atomically(self.config_path, good_text)
-        self.wait_loads(loads)
+        self.wait_loads(loads, stale_error=error)
 
         def cleared(status):
             return status.get("config", {}).get("error") is None
@@ -420,6 +421,7 @@ def main():
         }],
         "node": {"id": NODE_ID, "cluster": "interop"},
     })
+    sys.stdout.reconfigure(line_buffering=True)  # keep our lines whole among grpc's stderr logs
     import grpc
 
     print(f"grpcio {grpc.__version__}, server {server_bin}")

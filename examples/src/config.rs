@@ -177,7 +177,7 @@ fn read_resources(list: &Value, at: &str, builder: &mut SnapshotBuilder) -> Resu
             return Err((
                 here,
                 format!(
-                    "a {} named {:?} is already defined",
+                    "{} {:?} is defined twice",
                     resource.type_url().label(),
                     resource.name()
                 ),

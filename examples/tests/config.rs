@@ -71,7 +71,7 @@ fn broken_files_name_the_file_the_place_and_the_reason() {
             format!("resources:{CLUSTER}"),
             "cluster \"backend\" references endpoint \"backend\", which is missing",
         ),
-        ("duplicate.yaml", format!("resources:{CLA}{CLA}"), "resources[1]: a endpoint named"),
+        ("duplicate.yaml", format!("resources:{CLA}{CLA}"), "resources[1]: endpoint \"backend\" is defined twice"),
         ("key.yaml", "resourcez: []\n".to_owned(), "resourcez: unknown key"),
         ("list.yaml", "resources: 3\n".to_owned(), "expected a list"),
     ];

@@ -92,6 +92,11 @@ impl SnapshotBuilder {
         self
     }
 
+    /// Whether a resource of this type and name was added.
+    pub fn contains(&self, type_url: &TypeUrl, name: &str) -> bool {
+        self.types.get(type_url).is_some_and(|m| m.contains_key(name))
+    }
+
     /// Declares a type with no resources, so that clients of it get an (empty) answer.
     pub fn declare(&mut self, type_url: impl Into<TypeUrl>) -> &mut Self {
         self.types.entry(type_url.into()).or_default();
