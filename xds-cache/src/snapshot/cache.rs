@@ -127,6 +127,11 @@ impl SnapshotCache {
             let mut changed_types = Vec::new();
             let mut count = 0;
             for t in types {
+                // A type whose resources the new snapshot shares with the old one (built with
+                // `to_builder`) cannot have changed: skip it without looking at its resources.
+                if data.snapshot.as_ref().is_some_and(|old| old.shares(&snapshot, &t)) {
+                    continue;
+                }
                 let next = snapshot.map(&t).unwrap_or(&empty);
                 let n = data.tables.entry(t.clone()).or_default().replace_all(next);
                 if n > 0 {
@@ -167,6 +172,7 @@ impl SnapshotCache {
                 table.replace_all(&empty);
             }
         }
+        drop(state);
         self.inner.release(group);
     }
 
@@ -211,13 +217,17 @@ impl Inner {
         write(&self.groups).entry(name.to_owned()).or_default().clone()
     }
 
-    /// Forgets a group that has neither a snapshot nor a stream, so that nodes coming and going
+    /// Forgets a group that has neither a snapshot nor a user, so that nodes coming and going
     /// leave nothing behind.
+    ///
+    /// "No user" is "no other `Arc` of the group": watches hold one, and so does any call between
+    /// looking the group up and using it. Checked under the map's write lock, which every lookup
+    /// needs too, so a group in use is never forgotten.
     fn release(&self, name: &str) {
         let mut groups = write(&self.groups);
-        let Some(state) = groups.get(name) else { return };
-        let idle = read(&state.data).snapshot.is_none()
-            && self.watchers.counts().iter().all(|((g, _), _)| g != name);
+        let idle = groups
+            .get(name)
+            .is_some_and(|g| Arc::strong_count(g) == 1 && read(&g.data).snapshot.is_none());
         if idle {
             groups.remove(name);
         }
@@ -225,7 +235,8 @@ impl Inner {
 }
 
 struct SnapshotWatch {
-    group: Arc<Group>,
+    /// Always `Some` until dropped.
+    group: Option<Arc<Group>>,
     type_url: TypeUrl,
     // Declared before `cache` so the registration is gone when `release` looks.
     registration: Option<Registration<(String, TypeUrl)>>,
@@ -235,7 +246,8 @@ struct SnapshotWatch {
 
 impl Watch for SnapshotWatch {
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        let data = read(&self.group.data);
+        let Some(group) = &self.group else { return f(&Unready) };
+        let data = read(&group.data);
         if data.snapshot.is_none() {
             return f(&Unready);
         }
@@ -249,6 +261,7 @@ impl Watch for SnapshotWatch {
 impl Drop for SnapshotWatch {
     fn drop(&mut self) {
         drop(self.registration.take());
+        drop(self.group.take());
         if let Some(cache) = self.cache.upgrade() {
             cache.release(&self.group_name);
         }
@@ -268,7 +281,7 @@ impl Cache for SnapshotCache {
         let registration =
             self.inner.watchers.register((group_name.clone(), request.type_url.clone()), signal);
         Ok(Box::new(SnapshotWatch {
-            group,
+            group: Some(group),
             type_url: request.type_url.clone(),
             registration: Some(registration),
             cache: Arc::downgrade(&self.inner),

@@ -59,6 +59,15 @@ impl Snapshot {
         self.len() == 0
     }
 
+    /// Whether both snapshots hold the very same resources of `type_url` (one was derived from
+    /// the other and that type was not touched).
+    pub(crate) fn shares(&self, other: &Snapshot, type_url: &TypeUrl) -> bool {
+        match (self.types.get(type_url), other.types.get(type_url)) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     pub(crate) fn map(&self, type_url: &TypeUrl) -> Option<&BTreeMap<String, EncodedResource>> {
         self.types.get(type_url).map(|m| &**m)
     }

@@ -1,0 +1,451 @@
+//! `SnapshotCache` read the way server streams read it: watch, signal, read, poll, ACK.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
+mod util;
+
+use std::collections::BTreeMap;
+
+use util::*;
+use xds_cache::{CacheError, ConsistencyError, MissingReference, Snapshot, SnapshotCache, Variant};
+use xds_core::DeltaResource;
+use xds_proto::{Reference, ResourceType};
+
+fn clusters(names_: &[&str]) -> Snapshot {
+    let mut b = Snapshot::builder();
+    for n in names_ {
+        b.add(&cluster(n, "1")).unwrap();
+    }
+    b.build()
+}
+
+// ---- rule O3 ----
+
+#[test]
+fn o3_missing_endpoints_and_routes_are_listed_by_name() {
+    let mut b = Snapshot::builder();
+    b.add(&eds_cluster("a", "")).unwrap(); // asks EDS for "a"
+    b.add(&eds_cluster("b", "b-svc")).unwrap(); // asks EDS for its service name
+    b.add(&cluster("static", "1")).unwrap(); // names nothing
+    b.add(&cla("b", 0)).unwrap(); // not what "b" asks for
+    b.add(&rds_listener("l", "r1")).unwrap();
+    b.add(&route_config("r2")).unwrap();
+    let expected = ConsistencyError {
+        missing: vec![
+            MissingReference {
+                from_type: ResourceType::Cluster,
+                from: "a".into(),
+                missing: Reference::new(ResourceType::ClusterLoadAssignment, "a"),
+            },
+            MissingReference {
+                from_type: ResourceType::Cluster,
+                from: "b".into(),
+                missing: Reference::new(ResourceType::ClusterLoadAssignment, "b-svc"),
+            },
+            MissingReference {
+                from_type: ResourceType::Listener,
+                from: "l".into(),
+                missing: Reference::new(ResourceType::RouteConfiguration, "r1"),
+            },
+        ],
+    };
+    assert_eq!(b.build().check_consistency(), Err(expected.clone()));
+    assert_eq!(b.build_consistent().unwrap_err(), expected, "build_consistent refuses");
+    let message = expected.to_string();
+    for name in ["\"a\"", "\"b-svc\"", "\"r1\""] {
+        assert!(message.contains(name), "{message} names {name}");
+    }
+
+    b.add(&cla("a", 0)).unwrap().add(&cla("b-svc", 0)).unwrap().add(&route_config("r1")).unwrap();
+    assert_eq!(b.build().check_consistency(), Ok(()));
+    assert_eq!(b.build_consistent().unwrap().len(), 9);
+}
+
+// ---- rule S11 ----
+
+#[test]
+fn s11_wildcard_cds_gets_every_cluster_and_a_removal_omits_it() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n", clusters(&["a", "b", "c"]));
+    let mut cds = SotwClient::open(&cache, &node("n"), CDS);
+    let _ = cds.subscribe(&[], "");
+    assert_eq!(sotw_names(&cds.expect()), names(&["a", "b", "c"]));
+
+    // One cluster changes: the response still carries all of them.
+    let next = cache.snapshot("n").unwrap().to_builder().add(&cluster("a", "2")).unwrap().build();
+    cache.set_snapshot("n", next);
+    assert!(take_raised(&cds.signal));
+    let r = cds.expect();
+    assert_eq!(sotw_names(&r), names(&["a", "b", "c"]));
+    assert_eq!(r.resources[0].version(), enc(&cluster("a", "2")).version());
+
+    // One is removed: its absence is the removal.
+    let next = cache.snapshot("n").unwrap().to_builder().remove(&url(CDS), "b").build();
+    cache.set_snapshot("n", next);
+    assert!(take_raised(&cds.signal));
+    assert_eq!(sotw_names(&cds.expect()), names(&["a", "c"]));
+    assert!(cds.poll().is_none(), "rule S6: nothing more is owed");
+}
+
+// ---- rule S13 ----
+
+#[test]
+fn s13_a_name_requested_before_it_exists_is_sent_when_it_appears() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    b.add(&cla("a", 0)).unwrap();
+    cache.set_snapshot("n", b.build());
+    let mut eds = SotwClient::open(&cache, &node("n"), EDS);
+    let _ = eds.subscribe(&["a", "later"], "");
+    assert_eq!(sotw_names(&eds.expect()), names(&["a"]));
+    assert!(eds.poll().is_none());
+
+    b.add(&cla("later", 0)).unwrap();
+    cache.set_snapshot("n", b.build());
+    assert!(take_raised(&eds.signal));
+    assert_eq!(sotw_names(&eds.expect()), names(&["later"]));
+
+    // The same for a named CDS subscription (full state: with what it already had).
+    let mut b = Snapshot::builder();
+    b.add(&cluster("x", "1")).unwrap();
+    cache.set_snapshot("m", b.build());
+    let mut cds = SotwClient::open(&cache, &node("m"), CDS);
+    let _ = cds.subscribe(&["x", "y"], "");
+    assert_eq!(sotw_names(&cds.expect()), names(&["x"]));
+    b.add(&cluster("y", "1")).unwrap();
+    cache.set_snapshot("m", b.build());
+    assert!(take_raised(&cds.signal));
+    assert_eq!(sotw_names(&cds.expect()), names(&["x", "y"]));
+}
+
+// ---- rule S15 ----
+
+#[test]
+fn s15_reconnect_at_the_current_version_gets_nothing_a_stale_one_everything() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n", clusters(&["a", "b"]));
+    let version = {
+        let mut cds = SotwClient::open(&cache, &node("n"), CDS);
+        let _ = cds.subscribe(&[], "");
+        cds.expect().version_info
+    };
+    assert_eq!(cache.status("n").unwrap().versions[url(CDS).as_str()], version);
+
+    let mut again = SotwClient::open(&cache, &node("n"), CDS);
+    let _ = again.subscribe(&[], &version);
+    assert!(again.poll().is_none(), "the client holds this version");
+    // It still hears of later changes.
+    let next = cache.snapshot("n").unwrap().to_builder().add(&cluster("c", "1")).unwrap().build();
+    cache.set_snapshot("n", next);
+    assert!(take_raised(&again.signal));
+    assert_eq!(sotw_names(&again.expect()), names(&["a", "b", "c"]));
+
+    let mut stale = SotwClient::open(&cache, &node("n"), CDS);
+    let _ = stale.subscribe(&[], &version);
+    assert_eq!(sotw_names(&stale.expect()), names(&["a", "b", "c"]));
+}
+
+// ---- rule S16 ----
+
+#[test]
+fn s16_same_content_gives_same_versions_whatever_the_order_or_history() {
+    let resources = [cluster("a", "1"), cluster("b", "1"), cluster("c", "1")];
+    let (one, two) = (SnapshotCache::by_node_id(), SnapshotCache::by_node_id());
+    let mut forward = Snapshot::builder();
+    for r in &resources {
+        forward.add(r).unwrap();
+    }
+    forward.add(&cla("e", 1)).unwrap();
+    let mut backward = Snapshot::builder();
+    backward.add(&cla("e", 1)).unwrap();
+    for r in resources.iter().rev() {
+        backward.add(r).unwrap();
+    }
+    // The second cache gets there through another snapshot first.
+    two.set_snapshot("n", clusters(&["a", "z"]));
+    one.set_snapshot("n", forward.build());
+    two.set_snapshot("n", backward.build());
+
+    let (s1, s2) = (one.status("n").unwrap(), two.status("n").unwrap());
+    assert_eq!(s1.versions, s2.versions);
+    assert_eq!(s1.versions.len(), 2);
+    for (t, name) in [(CDS, "a"), (CDS, "b"), (CDS, "c"), (EDS, "e")] {
+        let (r1, r2) = (one.get("n", &url(t), name).unwrap(), two.get("n", &url(t), name).unwrap());
+        assert_eq!(r1.version(), r2.version());
+    }
+    // What streams are sent agrees too.
+    let mut c1 = SotwClient::open(&one, &node("n"), CDS);
+    let mut c2 = SotwClient::open(&two, &node("n"), CDS);
+    let _ = (c1.subscribe(&[], ""), c2.subscribe(&[], ""));
+    assert_eq!(c1.expect().version_info, c2.expect().version_info);
+
+    two.set_snapshot("n", forward.add(&cluster("c", "2")).unwrap().build());
+    assert_ne!(one.status("n").unwrap().versions, two.status("n").unwrap().versions);
+}
+
+// ---- rules D5, D6, D7 ----
+
+#[test]
+fn d05_a_deleted_resource_is_in_removed_resources() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    b.add(&cluster("a", "1")).unwrap().add(&cluster("b", "1")).unwrap();
+    b.add(&cla("x", 0)).unwrap().add(&cla("y", 0)).unwrap();
+    cache.set_snapshot("n", b.build());
+    let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
+    let _ = cds.request(&[], &[]);
+    assert_eq!(delta_names(&cds.expect()), names(&["a", "b"]));
+    let mut eds = DeltaClient::open(&cache, &node("n"), EDS);
+    let _ = eds.request(&["x", "y"], &[]);
+    assert_eq!(delta_names(&eds.expect()), names(&["x", "y"]));
+
+    b.remove(&url(CDS), "b").remove(&url(EDS), "y");
+    cache.set_snapshot("n", b.build());
+    assert!(take_raised(&cds.signal) && take_raised(&eds.signal));
+    let r = cds.expect();
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, names(&["b"]));
+    let r = eds.expect();
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, names(&["y"]));
+
+    // Still subscribed: it comes back when it exists again (rule D6's second half).
+    b.add(&cla("y", 1)).unwrap();
+    cache.set_snapshot("n", b.build());
+    assert_eq!(
+        delta_items(&eds.expect()),
+        vec![("y".into(), Some(enc(&cla("y", 1)).version().into()))]
+    );
+}
+
+#[test]
+fn d06_a_subscribed_name_that_does_not_exist_is_answered_at_once() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    b.add(&cla("a", 0)).unwrap();
+    cache.set_snapshot("n", b.build());
+    let mut eds = DeltaClient::open(&cache, &node("n"), EDS);
+    let _ = eds.request(&["a", "nope"], &[]);
+    let r = eds.expect();
+    assert_eq!(
+        delta_items(&r),
+        vec![("a".into(), Some(enc(&cla("a", 0)).version().into())), ("nope".into(), None)]
+    );
+    assert!(matches!(&r.resources[1], DeltaResource::Absent { aliases, .. } if aliases.is_empty()));
+    assert!(eds.poll().is_none(), "told once");
+
+    b.add(&cla("nope", 0)).unwrap();
+    cache.set_snapshot("n", b.build());
+    assert!(take_raised(&eds.signal));
+    assert_eq!(delta_names(&eds.expect()), names(&["nope"]));
+}
+
+#[test]
+fn d07_a_reconnecting_client_gets_only_what_differs_and_removals() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    b.add(&cluster("same", "1")).unwrap().add(&cluster("changed", "2")).unwrap();
+    b.add(&cluster("new", "1")).unwrap();
+    cache.set_snapshot("n", b.build());
+    let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
+    let held_same = enc(&cluster("same", "1"));
+    let held_changed = enc(&cluster("changed", "1"));
+    let _ = cds.reconnect(
+        &[],
+        &[("same", held_same.version()), ("changed", held_changed.version()), ("gone", "0123")],
+    );
+    let r = cds.expect();
+    assert_eq!(delta_names(&r), names(&["changed", "new"]));
+    assert_eq!(r.removed_resources, names(&["gone"]));
+    assert!(cds.poll().is_none());
+}
+
+// ---- readiness and signals ----
+
+#[test]
+fn a_group_without_snapshot_serves_nothing_until_set_snapshot_signals_it() {
+    let cache = SnapshotCache::by_node_id();
+    let mut cds = SotwClient::open(&cache, &node("n"), CDS);
+    let mut lds = SotwClient::open(&cache, &node("n"), LDS);
+    let _ = cds.subscribe(&[], "");
+    let _ = lds.subscribe(&[], "");
+    assert!(cds.poll().is_none(), "not told that nothing exists");
+    assert!(lds.poll().is_none());
+    assert!(!take_raised(&cds.signal));
+
+    // The first snapshot signals every type of the group, even one it does not hold.
+    cache.set_snapshot("n", clusters(&["a"]));
+    assert!(take_raised(&cds.signal) && take_raised(&lds.signal));
+    assert_eq!(sotw_names(&cds.expect()), names(&["a"]));
+    let r = lds.expect();
+    assert!(r.resources.is_empty(), "now an empty full state means: no listeners");
+}
+
+#[test]
+fn set_snapshot_signals_only_the_changed_type_and_reencodes_nothing_else() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    for i in 0..200 {
+        b.add(&cluster(&format!("c{i:03}"), "1")).unwrap();
+        b.add(&listener(&format!("l{i:03}"), "1")).unwrap();
+    }
+    cache.set_snapshot("n", b.build());
+    let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
+    let lds = SotwClient::open(&cache, &node("n"), LDS);
+    let _ = cds.request(&[], &[]);
+    assert_eq!(cds.expect().resources.len(), 200);
+    let before: Vec<_> = (0..200)
+        .map(|i| cache.get("n", &url(CDS), &format!("c{i:03}")).unwrap())
+        .chain((0..200).map(|i| cache.get("n", &url(LDS), &format!("l{i:03}")).unwrap()))
+        .collect();
+
+    let mut next = cache.snapshot("n").unwrap().to_builder();
+    next.add(&cluster("c042", "2")).unwrap();
+    assert_eq!(cache.set_snapshot("n", next.build()), 1);
+    assert!(take_raised(&cds.signal));
+    assert!(!take_raised(&lds.signal), "no listener changed");
+    let r = cds.expect();
+    assert_eq!(delta_names(&r), names(&["c042"]));
+    assert!(r.removed_resources.is_empty());
+
+    let after: Vec<_> = (0..200)
+        .map(|i| cache.get("n", &url(CDS), &format!("c{i:03}")).unwrap())
+        .chain((0..200).map(|i| cache.get("n", &url(LDS), &format!("l{i:03}")).unwrap()))
+        .collect();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b.ptr_eq(a), i != 42, "{}", a.name());
+    }
+
+    // The same snapshot again changes nothing and signals nobody.
+    assert_eq!(cache.set_snapshot("n", cache.snapshot("n").unwrap()), 0);
+    assert!(!take_raised(&cds.signal));
+}
+
+#[test]
+fn clear_snapshot_stops_serving() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n", clusters(&["a"]));
+    let mut cds = SotwClient::open(&cache, &node("n"), CDS);
+    let _ = cds.subscribe(&[], "");
+    assert_eq!(sotw_names(&cds.expect()), names(&["a"]));
+
+    cache.clear_snapshot("n");
+    assert!(cache.snapshot("n").is_none());
+    assert!(!cache.status("n").unwrap().has_snapshot);
+    assert!(cds.poll().is_none(), "the client keeps what it has");
+    let mut late = SotwClient::open(&cache, &node("n"), CDS);
+    let _ = late.subscribe(&[], "");
+    assert!(late.poll().is_none());
+
+    cache.set_snapshot("n", clusters(&["b"]));
+    assert!(take_raised(&cds.signal) && take_raised(&late.signal));
+    assert_eq!(sotw_names(&cds.expect()), names(&["b"]));
+    assert_eq!(sotw_names(&late.expect()), names(&["b"]));
+
+    // Without streams, a cleared group is forgotten.
+    drop((cds, late));
+    cache.clear_snapshot("n");
+    assert!(cache.groups().is_empty());
+}
+
+#[test]
+fn nodes_of_one_group_see_the_same_snapshot() {
+    let cache = SnapshotCache::new(|n| n.cluster.clone());
+    assert_eq!(cache.group_of(&node_in("envoy-1", "web")), "web");
+    let mut one = SotwClient::open(&cache, &node_in("envoy-1", "web"), CDS);
+    let mut two = SotwClient::open(&cache, &node_in("envoy-2", "web"), CDS);
+    let mut other = SotwClient::open(&cache, &node_in("envoy-3", "db"), CDS);
+    for c in [&mut one, &mut two, &mut other] {
+        let _ = c.subscribe(&[], "");
+    }
+    cache.set_snapshot("web", clusters(&["a", "b"]));
+    assert!(take_raised(&one.signal) && take_raised(&two.signal));
+    assert!(!take_raised(&other.signal));
+    let (r1, r2) = (one.expect(), two.expect());
+    assert_eq!(sotw_names(&r1), names(&["a", "b"]));
+    assert_eq!(r1.version_info, r2.version_info);
+    assert_eq!(r1.resources, r2.resources);
+    assert!(r1.resources.iter().zip(&r2.resources).all(|(x, y)| x.ptr_eq(y)), "shared, not copied");
+    assert!(other.poll().is_none());
+    assert_eq!(cache.groups(), names(&["db", "web"]));
+}
+
+#[test]
+fn dropped_watches_are_counted_out_and_idle_groups_forgotten() {
+    let cache = SnapshotCache::by_node_id();
+    let a = SotwClient::open(&cache, &node("idle"), CDS);
+    let b = SotwClient::open(&cache, &node("idle"), CDS);
+    let c = DeltaClient::open(&cache, &node("idle"), LDS);
+    let status = cache.status("idle").unwrap();
+    assert!(!status.has_snapshot);
+    assert_eq!(
+        status.watches,
+        BTreeMap::from([(url(CDS).to_string(), 2), (url(LDS).to_string(), 1)])
+    );
+    assert!(status.last_watch.is_some());
+    assert_eq!(cache.groups(), names(&["idle"]));
+    drop(a);
+    assert_eq!(cache.status("idle").unwrap().watches[url(CDS).as_str()], 1);
+    drop((b, c));
+    assert!(cache.status("idle").is_none(), "no snapshot, no stream: forgotten");
+    assert!(cache.groups().is_empty());
+
+    // A group with a snapshot stays, with no watches.
+    cache.set_snapshot("kept", clusters(&["a"]));
+    let d = SotwClient::open(&cache, &node("kept"), CDS);
+    assert_eq!(cache.status("kept").unwrap().watches.values().sum::<usize>(), 1);
+    drop(d);
+    let status = cache.status("kept").unwrap();
+    assert!(status.watches.is_empty());
+    assert!(status.has_snapshot);
+    assert_eq!(cache.groups(), names(&["kept"]));
+}
+
+#[test]
+fn s03_vhds_and_leds_over_sotw_are_refused() {
+    let cache = SnapshotCache::by_node_id();
+    for t in [ResourceType::VirtualHost, ResourceType::LbEndpoint] {
+        for variant in [Variant::Sotw, Variant::Fetch] {
+            let err = open(&cache, &node("n"), &url(t), variant).err();
+            assert_eq!(
+                err,
+                Some(CacheError::UnsupportedVariant { type_url: url(t).to_string(), variant })
+            );
+        }
+        assert!(open(&cache, &node("n"), &url(t), Variant::Delta).is_ok());
+    }
+}
+
+#[test]
+fn d09_d10_virtual_hosts_are_found_by_alias() {
+    let cache = SnapshotCache::by_node_id();
+    let mut b = Snapshot::builder();
+    b.add(&virtual_host("rc/vh1", &["foo.com", "*.bar.com"])).unwrap();
+    b.add(&virtual_host("other/vh", &["nope.com"])).unwrap(); // another route configuration
+    cache.set_snapshot("n", b.build());
+    let mut vhds = DeltaClient::open(&cache, &node("n"), VHDS);
+    let _ = vhds.request(&["rc/foo.com", "rc/x.bar.com", "rc/nope.com"], &[]);
+    let r = vhds.expect();
+    let vh1 = cache.get("n", &url(VHDS), "rc/vh1").unwrap();
+    assert_eq!(
+        r.resources,
+        vec![
+            DeltaResource::Absent { name: "rc/nope.com".into(), aliases: names(&["rc/nope.com"]) },
+            DeltaResource::Present {
+                resource: vh1,
+                aliases: names(&["rc/foo.com", "rc/x.bar.com"])
+            },
+        ]
+    );
+    assert!(vhds.poll().is_none());
+
+    // A virtual host for the unknown host appears: it is sent, under its name, with the alias.
+    b.add(&virtual_host("rc/vh2", &["nope.com"])).unwrap();
+    cache.set_snapshot("n", b.build());
+    assert!(take_raised(&vhds.signal));
+    let r = vhds.expect();
+    let vh2 = cache.get("n", &url(VHDS), "rc/vh2").unwrap();
+    assert_eq!(
+        r.resources,
+        vec![DeltaResource::Present { resource: vh2, aliases: names(&["rc/nope.com"]) }]
+    );
+}
