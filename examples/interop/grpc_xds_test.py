@@ -186,9 +186,12 @@ class Test:
 
     # --- HTTP -------------------------------------------------------------------------------
 
+    # Loopback only: never through an http_proxy from the environment.
+    _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
     def http_get(self, path, timeout=2):
         url = f"http://127.0.0.1:{self.http_port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with self._opener.open(url, timeout=timeout) as resp:
             return resp.status, resp.read()
 
     def status(self):
@@ -291,7 +294,8 @@ class Test:
         config = self.status().get("config", {})
         if config.get("error") or config.get("loads", 0) < 1:
             raise StepFailed(f"the initial config did not load: {json.dumps(config)}")
-        self.channel = self.grpc.insecure_channel("xds:///demo-service")
+        self.channel = self.grpc.insecure_channel("xds:///demo-service",
+                                                  options=[("grpc.enable_http_proxy", 0)])
         self.rpc = self.channel.unary_unary("/demo.Echo/Who")
         return (f"server up (gRPC :{self.grpc_port}, HTTP :{self.http_port}), "
                 f"backends A :{port_a}, B :{port_b}")
@@ -421,6 +425,11 @@ def main():
         }],
         "node": {"id": NODE_ID, "cluster": "interop"},
     })
+    # Everything is on loopback: grpc must not send the xDS or the data channel through a proxy
+    # from the environment (its no_proxy matching sees `demo-service`, not 127.0.0.1).
+    for var in ("grpc_proxy", "https_proxy", "http_proxy", "all_proxy"):
+        os.environ.pop(var, None)
+        os.environ.pop(var.upper(), None)
     sys.stdout.reconfigure(line_buffering=True)  # keep our lines whole among grpc's stderr logs
     import grpc
 

@@ -2,7 +2,6 @@
 //! `DiscoveryResponse` file per type, the way Envoy's filesystem subscriptions read them.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,54 +99,46 @@ impl FileWriter {
     /// Follows `cache` as `node` sees it and rewrites each type's file whenever its version
     /// changes. Returns the future that does it: run it on your runtime (nothing is spawned);
     /// it ends only when dropped. Write errors are logged and retried at the next change.
-    #[must_use = "the writer does nothing unless the future is run"]
-    pub fn follow(
-        self,
-        cache: impl Cache,
-        node: Node,
-        types: Vec<TypeUrl>,
-    ) -> impl Future<Output = ()> + Send {
-        async move {
-            let signal = Arc::new(Signal::new());
-            let mut watches = Vec::new();
-            for t in types {
-                match cache.watch(
-                    WatchRequest { node: &node, type_url: &t, variant: Variant::Sotw },
-                    signal.clone(),
-                ) {
-                    Ok(w) => watches.push((t, w)),
-                    Err(e) => {
-                        tracing::warn!(type_url = %t, error = %e, "not writing files for this type")
-                    }
+    pub async fn follow(self, cache: impl Cache, node: Node, types: Vec<TypeUrl>) {
+        let signal = Arc::new(Signal::new());
+        let mut watches = Vec::new();
+        for t in types {
+            match cache.watch(
+                WatchRequest { node: &node, type_url: &t, variant: Variant::Sotw },
+                signal.clone(),
+            ) {
+                Ok(w) => watches.push((t, w)),
+                Err(e) => {
+                    tracing::warn!(type_url = %t, error = %e, "not writing files for this type")
                 }
             }
-            let mut written: BTreeMap<TypeUrl, String> = BTreeMap::new();
-            loop {
-                for (t, watch) in &watches {
-                    let mut current = None;
-                    watch.read(&mut |view| {
-                        if view.is_ready()
-                            && written.get(t).map(String::as_str) != Some(&view.version())
-                        {
-                            let mut resources = Vec::new();
-                            view.for_each(&mut |r| resources.push(r.clone()));
-                            current = Some((view.version(), resources));
+        }
+        let mut written: BTreeMap<TypeUrl, String> = BTreeMap::new();
+        loop {
+            for (t, watch) in &watches {
+                let mut current = None;
+                watch.read(&mut |view| {
+                    if view.is_ready()
+                        && written.get(t).map(String::as_str) != Some(&view.version())
+                    {
+                        let mut resources = Vec::new();
+                        view.for_each(&mut |r| resources.push(r.clone()));
+                        current = Some((view.version(), resources));
+                    }
+                });
+                if let Some((version, resources)) = current {
+                    match self.write(t, &version, &resources) {
+                        Ok(path) => {
+                            tracing::info!(path = %path.display(), %version, "wrote discovery response file");
+                            written.insert(t.clone(), version);
                         }
-                    });
-                    if let Some((version, resources)) = current {
-                        match self.write(t, &version, &resources) {
-                            Ok(path) => {
-                                tracing::info!(path = %path.display(), %version, "wrote discovery response file");
-                                written.insert(t.clone(), version);
-                            }
-                            Err(e) => {
-                                tracing::error!(type_url = %t, error = %e, "writing a discovery response file failed")
-                            }
+                        Err(e) => {
+                            tracing::error!(type_url = %t, error = %e, "writing a discovery response file failed")
                         }
                     }
                 }
-                signal.raised().await;
             }
+            signal.raised().await;
         }
     }
 }
