@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -434,6 +435,8 @@ def main():
     import grpc
 
     print(f"grpcio {grpc.__version__}, server {server_bin}")
+    # A CI timeout's SIGTERM still runs the `finally` below that stops the server and backends.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = tempfile.mkdtemp(prefix="xds-interop-")
     test = Test(grpc, server_bin, workdir, grpc_port)
     passed = failed = 0

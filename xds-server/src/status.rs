@@ -25,7 +25,8 @@ pub struct TypeStatus {
     pub nack: Option<NackStatus>,
     /// When the latest request arrived (milliseconds since the Unix epoch).
     pub last_request_ms: u64,
-    /// What the client holds: name -> version (`None`: told it does not exist).
+    /// The resources last sent, name -> version (`None`: told it does not exist). This is what
+    /// the client holds once it accepts them; after a NACK it kept older versions (see `nack`).
     pub resources: BTreeMap<String, Option<String>>,
 }
 

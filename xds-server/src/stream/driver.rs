@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures_util::Stream;
 use tonic::{Status, Streaming};
+use tracing::Instrument;
 use xds_cache::{Signal, Watch, WatchRequest};
 use xds_core::{Nonces, RequestKind, StreamGuard};
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -101,10 +102,16 @@ pub(crate) fn open<P: Protocol>(
         driver.shared.metrics.refused("callback");
         return Err(Status::permission_denied(refusal.0));
     }
-    tracing::debug!(stream = driver.info.id, variant = P::LABEL, "stream opened");
-    Ok(Box::pin(futures_util::stream::unfold(driver, |mut d| async move {
-        let item = d.next().await?;
-        Some((item, d))
+    let span = tracing::info_span!(
+        "xds_stream",
+        id = driver.info.id,
+        variant = P::LABEL,
+        node = tracing::field::Empty
+    );
+    tracing::debug!(parent: &span, "stream opened");
+    Ok(Box::pin(futures_util::stream::unfold((driver, span), |(mut d, span)| async move {
+        let item = d.next().instrument(span.clone()).await?;
+        Some((item, (d, span)))
     })))
 }
 
@@ -197,6 +204,12 @@ impl<P: Protocol> Driver<P> {
                 self.shared.metrics.ack(P::LABEL, type_url.label(), latency);
                 self.shared.callbacks.on_ack(&self.info, &type_url, version, nonce);
                 ts.nack = None;
+                // A delta ACK carries no version: it accepts the response it names.
+                if !version.is_empty() {
+                    ts.acked_version = Some(version.clone());
+                } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
+                    ts.acked_version = ts.sent_version.clone();
+                }
             }
             RequestKind::Nack { nonce, version, error } => {
                 slot.sent_at = None;
@@ -229,7 +242,8 @@ impl<P: Protocol> Driver<P> {
         status.node_cluster = node.cluster.clone();
         status.node = Some(node.clone());
         drop(status);
-        tracing::debug!(stream = self.info.id, node = %node.id, "stream started");
+        tracing::Span::current().record("node", node.id.as_str());
+        tracing::debug!(node = %node.id, "stream started");
         self.node = Some(node);
         Ok(())
     }
