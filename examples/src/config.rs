@@ -176,11 +176,7 @@ fn read_resources(list: &Value, at: &str, builder: &mut SnapshotBuilder) -> Resu
         if builder.contains(resource.type_url(), resource.name()) {
             return Err((
                 here,
-                format!(
-                    "{} {:?} is defined twice",
-                    resource.type_url().label(),
-                    resource.name()
-                ),
+                format!("{} {:?} is defined twice", resource.type_url().label(), resource.name()),
             ));
         }
         builder.add_encoded(resource);

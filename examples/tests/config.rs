@@ -1,5 +1,6 @@
 //! The file server's configuration loader: good files load, every kind of broken file is refused
 //! with the file, the place and the reason.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
 use std::path::{Path, PathBuf};
 

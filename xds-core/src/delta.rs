@@ -143,7 +143,38 @@ impl<R: Resource> DeltaSubStream<R> {
             nonce: self.flow.sent(nonces),
             resources: resources.into_values().collect(),
             removed_resources,
+            heartbeat: false,
         })
+    }
+
+    /// A heartbeat for the resources with a TTL that the client holds, if any and if no response
+    /// is in flight: each goes out without its body, at the version the client holds, so that the
+    /// client renews it. Call it when [`min_ttl`](Self::min_ttl) says one is due; the core keeps
+    /// no time.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_heartbeat(&mut self, nonces: &mut Nonces) -> Option<DeltaResponse<R>> {
+        if !self.flow.ready() {
+            return None;
+        }
+        let held = self.tracker.held_with_ttl();
+        if held.is_empty() {
+            return None;
+        }
+        let resources = held
+            .into_iter()
+            .map(|resource| DeltaResource::Present { resource, aliases: Vec::new() });
+        Some(DeltaResponse {
+            system_version_info: String::new(),
+            nonce: self.flow.sent(nonces),
+            resources: resources.collect(),
+            removed_resources: Vec::new(),
+            heartbeat: true,
+        })
+    }
+
+    /// The shortest TTL of the resources the client holds: heartbeats are owed within it.
+    pub fn min_ttl(&self) -> Option<std::time::Duration> {
+        self.tracker.min_ttl()
     }
 
     /// Marks every subscribed name that `pred` accepts for resending (rule D10: after a client

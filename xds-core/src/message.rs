@@ -99,6 +99,9 @@ pub struct SotwResponse<R> {
     pub nonce: String,
     /// The resources, by name, each name once (rules S11, S14).
     pub resources: Vec<R>,
+    /// A heartbeat: the resources (all with a TTL) are refreshed, not changed; they go on the wire
+    /// as `Resource` wrappers without a body, at the version the client holds.
+    pub heartbeat: bool,
 }
 
 /// One entry of a delta response.
@@ -131,4 +134,7 @@ pub struct DeltaResponse<R> {
     pub resources: Vec<DeltaResource<R>>,
     /// Names the client holds that no longer exist (rule D5), sorted.
     pub removed_resources: Vec<String>,
+    /// A heartbeat: every entry is a resource with a TTL that the client holds at this version,
+    /// to be sent without its body so that the client renews its TTL.
+    pub heartbeat: bool,
 }

@@ -11,6 +11,13 @@ pub trait Resource: Clone {
     fn name(&self) -> &str;
     /// The resource's version: equal versions mean equal content (rules D4, S16).
     fn version(&self) -> &str;
+
+    /// How long a client may keep the resource without hearing of it again (`Resource.ttl`).
+    /// A sub-stream holding such resources owes the client a heartbeat before that time runs out
+    /// (see `poll_heartbeat`).
+    fn ttl(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The current resources of one type, as one stream sees them (its node's group, its type).

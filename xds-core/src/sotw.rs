@@ -158,7 +158,12 @@ impl<R: Resource> SotwSubStream<R> {
         let version_info = view.version();
         self.last_sent_version = Some(version_info.clone());
         self.responded = true;
-        Some(SotwResponse { version_info, nonce: self.flow.sent(nonces), resources })
+        Some(SotwResponse {
+            version_info,
+            nonce: self.flow.sent(nonces),
+            resources,
+            heartbeat: false,
+        })
     }
 
     /// Rule S15: a client reconnecting with the version the view still has holds its resources.
@@ -205,6 +210,33 @@ impl<R: Resource> SotwSubStream<R> {
             self.tracker.held.insert(name.clone(), Held::Sent(r.clone()));
         }
         all.into_values().collect()
+    }
+
+    /// A heartbeat for the resources with a TTL that the client holds, if any and if no response
+    /// is in flight: they go out without their body, at the version the client holds, so that the
+    /// client renews them. Call it when [`min_ttl`](Self::min_ttl) says one is due (e.g. at half
+    /// the TTL after the last response); the core keeps no time.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_heartbeat(&mut self, nonces: &mut Nonces) -> Option<SotwResponse<R>> {
+        if !self.flow.ready() {
+            return None;
+        }
+        let resources = self.tracker.held_with_ttl();
+        if resources.is_empty() {
+            return None;
+        }
+        let version_info = self.last_sent_version.clone().unwrap_or_default();
+        Some(SotwResponse {
+            version_info,
+            nonce: self.flow.sent(nonces),
+            resources,
+            heartbeat: true,
+        })
+    }
+
+    /// The shortest TTL of the resources the client holds: heartbeats are owed within it.
+    pub fn min_ttl(&self) -> Option<std::time::Duration> {
+        self.tracker.min_ttl()
     }
 
     /// The subscription.

@@ -79,6 +79,30 @@ impl<R> Diff<R> {
 }
 
 impl<R: Resource> Tracker<R> {
+    /// The resources the client holds that have a TTL, by name.
+    pub(crate) fn held_with_ttl(&self) -> Vec<R> {
+        let mut out = BTreeMap::new();
+        for held in self.held.values() {
+            if let Held::Sent(r) = held
+                && r.ttl().is_some()
+            {
+                out.entry(r.name().to_owned()).or_insert_with(|| r.clone());
+            }
+        }
+        out.into_values().collect()
+    }
+
+    /// The shortest TTL among the resources the client holds.
+    pub(crate) fn min_ttl(&self) -> Option<std::time::Duration> {
+        self.held
+            .values()
+            .filter_map(|h| match h {
+                Held::Sent(r) => r.ttl(),
+                _ => None,
+            })
+            .min()
+    }
+
     /// Forgets held state for a name that left the subscription (the client drops it itself),
     /// unless a wildcard still covers it.
     pub(crate) fn unsubscribed(&mut self, name: &str, sub: &Subscription) {

@@ -204,6 +204,10 @@ impl xds_core::Resource for EncodedResource {
     fn version(&self) -> &str {
         &self.0.version
     }
+
+    fn ttl(&self) -> Option<Duration> {
+        self.0.ttl
+    }
 }
 
 /// The name of an encoded built-in resource (`None` for an LEDS `LbEndpoint`, which has none).

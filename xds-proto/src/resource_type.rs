@@ -12,9 +12,12 @@ pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 /// The built-in xDS resource types.
 ///
 /// Declared in make-before-break order (rule O1): deriving `Ord` gives the order an ADS stream sends
-/// one update's responses in, so that nothing arrives before what it references.
+/// one update's responses in, so that nothing arrives before what it references. Secrets come
+/// first: clusters and listeners name them in their transport sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ResourceType {
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
+    Secret,
     /// CDS: `envoy.config.cluster.v3.Cluster`.
     Cluster,
     /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment` (named by `cluster_name`).
@@ -27,8 +30,6 @@ pub enum ResourceType {
     ScopedRouteConfiguration,
     /// VHDS (delta only): `envoy.config.route.v3.VirtualHost`.
     VirtualHost,
-    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
-    Secret,
     /// RTDS: `envoy.service.runtime.v3.Runtime`.
     Runtime,
     /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`.
@@ -40,13 +41,13 @@ pub enum ResourceType {
 impl ResourceType {
     /// Every built-in type, in make-before-break order.
     pub const ALL: [ResourceType; 10] = [
+        ResourceType::Secret,
         ResourceType::Cluster,
         ResourceType::ClusterLoadAssignment,
         ResourceType::Listener,
         ResourceType::RouteConfiguration,
         ResourceType::ScopedRouteConfiguration,
         ResourceType::VirtualHost,
-        ResourceType::Secret,
         ResourceType::Runtime,
         ResourceType::TypedExtensionConfig,
         ResourceType::LbEndpoint,
@@ -368,13 +369,13 @@ mod tests {
     #[test]
     fn type_urls_match_the_generated_messages() {
         let generated = [
+            Secret::type_url(),
             Cluster::type_url(),
             ClusterLoadAssignment::type_url(),
             Listener::type_url(),
             RouteConfiguration::type_url(),
             ScopedRouteConfiguration::type_url(),
             VirtualHost::type_url(),
-            Secret::type_url(),
             Runtime::type_url(),
             crate::pb::envoy::config::core::v3::TypedExtensionConfig::type_url(),
             LbEndpoint::type_url(),
@@ -392,6 +393,7 @@ mod tests {
         let mut sorted = ResourceType::ALL;
         sorted.sort();
         assert_eq!(sorted, ResourceType::ALL);
+        assert!(ResourceType::Secret < ResourceType::Cluster);
         assert!(ResourceType::Cluster < ResourceType::ClusterLoadAssignment);
         assert!(ResourceType::ClusterLoadAssignment < ResourceType::Listener);
         assert!(ResourceType::Listener < ResourceType::RouteConfiguration);

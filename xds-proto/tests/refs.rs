@@ -172,10 +172,10 @@ fn o3_references_for_consistency_check() {
     assert_eq!(
         references(&listener()),
         [
+            r(ResourceType::Secret, "server-cert"),
             r(ResourceType::Cluster, "inline-backend"),
             r(ResourceType::RouteConfiguration, "grpc-routes"),
             r(ResourceType::RouteConfiguration, "routes-a"),
-            r(ResourceType::Secret, "server-cert"),
         ]
     );
     assert_eq!(
@@ -447,11 +447,11 @@ fn references_sort_in_make_before_break_order_and_display() {
     assert_eq!(
         types,
         [
+            (ResourceType::Secret, "s"),
             (ResourceType::Cluster, "a"),
             (ResourceType::Cluster, "b"),
             (ResourceType::ClusterLoadAssignment, "a"),
             (ResourceType::RouteConfiguration, "r"),
-            (ResourceType::Secret, "s"),
         ]
     );
     assert_eq!(r(ResourceType::RouteConfiguration, "r1").to_string(), "route \"r1\"");

@@ -52,6 +52,7 @@ fn main() {
                 version_info: "v1".into(),
                 nonce: "1".into(),
                 resources: encoded.clone(),
+                heartbeat: false,
             };
             SotwWire::new(&type_url, response, None).encode_to_vec()
         })
@@ -84,6 +85,7 @@ fn main() {
                             version_info: "v1".into(),
                             nonce: "1".into(),
                             resources: encoded.clone(),
+                            heartbeat: false,
                         };
                         SotwWire::new(&type_url, response, None).encode_to_vec().len()
                     })

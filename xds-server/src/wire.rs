@@ -25,6 +25,8 @@ pub struct SotwWire {
     pub nonce: String,
     /// Field 6: `ControlPlane.identifier`, if set.
     pub control_plane: Option<String>,
+    /// A heartbeat: resources with a TTL go out as bodiless `Resource` wrappers.
+    pub heartbeat: bool,
 }
 
 /// A `DeltaDiscoveryResponse` over encoded resources.
@@ -42,6 +44,8 @@ pub struct DeltaWire {
     pub removed_resources: Vec<String>,
     /// Field 7: `ControlPlane.identifier`, if set.
     pub control_plane: Option<String>,
+    /// A heartbeat: every resource goes out without its body.
+    pub heartbeat: bool,
 }
 
 impl SotwWire {
@@ -53,6 +57,7 @@ impl SotwWire {
             type_url: type_url.as_str().to_owned(),
             nonce: r.nonce,
             control_plane: cp.map(str::to_owned),
+            heartbeat: r.heartbeat,
         }
     }
 
@@ -72,6 +77,7 @@ impl DeltaWire {
             nonce: r.nonce,
             removed_resources: r.removed_resources,
             control_plane: cp.map(str::to_owned),
+            heartbeat: r.heartbeat,
         }
     }
 }
@@ -110,6 +116,57 @@ fn put_any(tag: u32, r: &EncodedResource, buf: &mut impl BufMut) {
     put_bytes_field(2, r.value(), buf);
 }
 
+/// The type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources
+/// with a TTL.
+fn wrapper_type_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(
+        <xds_proto::pb::envoy::service::discovery::v3::Resource as prost::Name>::type_url,
+    )
+}
+
+/// The body length of a `Resource` wrapper: name, version, the resource unless a heartbeat, TTL.
+fn wrapper_len(r: &EncodedResource, ttl: std::time::Duration, heartbeat: bool) -> usize {
+    string_len(1, r.version())
+        + (if heartbeat { 0 } else { len_delimited(2, any_len(r)) })
+        + string_len(3, r.name())
+        + len_delimited(6, duration_len(ttl))
+}
+
+fn put_wrapper(
+    r: &EncodedResource,
+    ttl: std::time::Duration,
+    heartbeat: bool,
+    buf: &mut impl BufMut,
+) {
+    put_string(1, r.version(), buf);
+    if !heartbeat {
+        put_any(2, r, buf);
+    }
+    put_string(3, r.name(), buf);
+    put_duration(6, ttl, buf);
+}
+
+/// The length of one SotW entry's `Any`: the resource, or a `Resource` wrapper when it has a TTL.
+fn sotw_any_len(r: &EncodedResource, heartbeat: bool) -> usize {
+    match r.ttl() {
+        None => any_len(r),
+        Some(ttl) => {
+            string_len(1, wrapper_type_url()) + len_delimited(2, wrapper_len(r, ttl, heartbeat))
+        }
+    }
+}
+
+fn put_sotw_any(r: &EncodedResource, heartbeat: bool, buf: &mut impl BufMut) {
+    let Some(ttl) = r.ttl() else { return put_any(2, r, buf) };
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(sotw_any_len(r, heartbeat) as u64, buf);
+    put_string(1, wrapper_type_url(), buf);
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(wrapper_len(r, ttl, heartbeat) as u64, buf);
+    put_wrapper(r, ttl, heartbeat, buf);
+}
+
 fn control_plane_len(tag: u32, cp: &Option<String>) -> usize {
     cp.as_deref().map_or(0, |id| len_delimited(tag, string_len(1, id)))
 }
@@ -144,11 +201,11 @@ fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
 }
 
 /// The body length of one delta `Resource` message.
-fn delta_resource_len(e: &DeltaResource<EncodedResource>) -> usize {
+fn delta_resource_len(e: &DeltaResource<EncodedResource>, heartbeat: bool) -> usize {
     match e {
         DeltaResource::Present { resource, aliases } => {
             string_len(1, resource.version())
-                + len_delimited(2, any_len(resource))
+                + (if heartbeat { 0 } else { len_delimited(2, any_len(resource)) })
                 + string_len(3, resource.name())
                 + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
                 + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
@@ -159,13 +216,15 @@ fn delta_resource_len(e: &DeltaResource<EncodedResource>) -> usize {
     }
 }
 
-fn put_delta_resource(e: &DeltaResource<EncodedResource>, buf: &mut impl BufMut) {
+fn put_delta_resource(e: &DeltaResource<EncodedResource>, heartbeat: bool, buf: &mut impl BufMut) {
     encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(delta_resource_len(e) as u64, buf);
+    encoding::encode_varint(delta_resource_len(e, heartbeat) as u64, buf);
     match e {
         DeltaResource::Present { resource, aliases } => {
             put_string(1, resource.version(), buf);
-            put_any(2, resource, buf);
+            if !heartbeat {
+                put_any(2, resource, buf);
+            }
             put_string(3, resource.name(), buf);
             for a in aliases {
                 put_bytes_field(4, a.as_bytes(), buf);
@@ -187,7 +246,7 @@ impl Message for SotwWire {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         put_string(1, &self.version_info, buf);
         for r in &self.resources {
-            put_any(2, r, buf);
+            put_sotw_any(r, self.heartbeat, buf);
         }
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
@@ -206,7 +265,11 @@ impl Message for SotwWire {
 
     fn encoded_len(&self) -> usize {
         string_len(1, &self.version_info)
-            + self.resources.iter().map(|r| len_delimited(2, any_len(r))).sum::<usize>()
+            + self
+                .resources
+                .iter()
+                .map(|r| len_delimited(2, sotw_any_len(r, self.heartbeat)))
+                .sum::<usize>()
             + string_len(4, &self.type_url)
             + string_len(5, &self.nonce)
             + control_plane_len(6, &self.control_plane)
@@ -221,7 +284,7 @@ impl Message for DeltaWire {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         put_string(1, &self.system_version_info, buf);
         for e in &self.resources {
-            put_delta_resource(e, buf);
+            put_delta_resource(e, self.heartbeat, buf);
         }
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
@@ -243,7 +306,11 @@ impl Message for DeltaWire {
 
     fn encoded_len(&self) -> usize {
         string_len(1, &self.system_version_info)
-            + self.resources.iter().map(|e| len_delimited(2, delta_resource_len(e))).sum::<usize>()
+            + self
+                .resources
+                .iter()
+                .map(|e| len_delimited(2, delta_resource_len(e, self.heartbeat)))
+                .sum::<usize>()
             + string_len(4, &self.type_url)
             + string_len(5, &self.nonce)
             + self.removed_resources.iter().map(|n| len_delimited(6, n.len())).sum::<usize>()
@@ -274,6 +341,7 @@ mod tests {
             type_url: xds_proto::ResourceType::Cluster.type_url().into(),
             nonce: "7".into(),
             control_plane: Some("cp-1".into()),
+            heartbeat: false,
         };
         let bytes = wire.encode_to_vec();
         assert_eq!(bytes.len(), wire.encoded_len());
@@ -292,6 +360,52 @@ mod tests {
     }
 
     #[test]
+    fn sotw_resources_with_a_ttl_are_wrapped_and_heartbeats_have_no_body() {
+        use xds_proto::pb::envoy::service::discovery::v3::Resource;
+        let ttl = cluster("t").with_ttl(Duration::from_secs(30));
+        for heartbeat in [false, true] {
+            let wire = SotwWire {
+                version_info: "v".into(),
+                resources: vec![cluster("plain"), ttl.clone()],
+                type_url: xds_proto::ResourceType::Cluster.type_url().into(),
+                nonce: "1".into(),
+                control_plane: None,
+                heartbeat,
+            };
+            let bytes = wire.encode_to_vec();
+            assert_eq!(bytes.len(), wire.encoded_len());
+            let d = DiscoveryResponse::decode(&*bytes).unwrap();
+            assert_eq!(d.resources[0], cluster("plain").to_any());
+            assert_eq!(d.resources[1].type_url, <Resource as prost::Name>::type_url());
+            let wrapped = Resource::decode(&*d.resources[1].value).unwrap();
+            assert_eq!((wrapped.name.as_str(), wrapped.version.as_str()), ("t", ttl.version()));
+            assert_eq!(wrapped.ttl.unwrap().seconds, 30);
+            assert_eq!(wrapped.resource.is_none(), heartbeat);
+            if !heartbeat {
+                assert_eq!(wrapped.resource.unwrap(), ttl.to_any());
+            }
+        }
+    }
+
+    #[test]
+    fn delta_heartbeat_has_no_body() {
+        let r = cluster("t").with_ttl(Duration::from_secs(2));
+        let wire = DeltaWire {
+            resources: vec![DeltaResource::Present { resource: r.clone(), aliases: vec![] }],
+            nonce: "n".into(),
+            heartbeat: true,
+            ..Default::default()
+        };
+        let bytes = wire.encode_to_vec();
+        assert_eq!(bytes.len(), wire.encoded_len());
+        let d = DeltaDiscoveryResponse::decode(&*bytes).unwrap();
+        let e = &d.resources[0];
+        assert_eq!((e.name.as_str(), e.version.as_str()), ("t", r.version()));
+        assert!(e.resource.is_none());
+        assert_eq!(e.ttl.unwrap().seconds, 2);
+    }
+
+    #[test]
     fn delta_wire_decodes_as_a_delta_discovery_response() {
         let wire = DeltaWire {
             system_version_info: "sys".into(),
@@ -306,6 +420,7 @@ mod tests {
             nonce: "n".into(),
             removed_resources: vec!["r1".into(), "r2".into()],
             control_plane: None,
+            heartbeat: false,
         };
         let bytes = wire.encode_to_vec();
         assert_eq!(bytes.len(), wire.encoded_len());

@@ -277,7 +277,24 @@ impl Cache for SnapshotCache {
         check_variant(request.type_url, request.variant)?;
         let group_name = self.group_of(request.node);
         let group = self.inner.group(&group_name);
-        write(&group.data).last_watch = Some(SystemTime::now());
+        {
+            let mut data = write(&group.data);
+            // Rule S3: a custom type is served when the group's snapshot holds it; one the
+            // snapshot does not know is refused rather than left waiting forever. (Before the
+            // group's first snapshot nothing is known yet: the watch waits like any other.)
+            let unknown = request.type_url.builtin().is_none()
+                && data
+                    .snapshot
+                    .as_ref()
+                    .is_some_and(|s| !s.types().any(|t| t == request.type_url));
+            if unknown {
+                drop(data);
+                drop(group);
+                self.inner.release(&group_name);
+                return Err(CacheError::UnknownType { type_url: request.type_url.to_string() });
+            }
+            data.last_watch = Some(SystemTime::now());
+        }
         let registration =
             self.inner.watchers.register((group_name.clone(), request.type_url.clone()), signal);
         Ok(Box::new(SnapshotWatch {

@@ -13,6 +13,7 @@ use xds_core::{
 pub struct Res {
     pub name: String,
     pub version: String,
+    pub ttl: Option<std::time::Duration>,
 }
 
 impl Resource for Res {
@@ -21,6 +22,9 @@ impl Resource for Res {
     }
     fn version(&self) -> &str {
         &self.version
+    }
+    fn ttl(&self) -> Option<std::time::Duration> {
+        self.ttl
     }
 }
 
@@ -35,6 +39,8 @@ pub struct MemView {
     pub no_history: bool,
     /// When true, the view has no data yet.
     pub not_ready: bool,
+    /// Resources with a time to live.
+    pub ttls: BTreeMap<String, std::time::Duration>,
 }
 
 impl MemView {
@@ -61,7 +67,11 @@ impl MemView {
         self.log.push((self.revision, target.into()));
     }
     fn res(&self, name: &str) -> Option<Res> {
-        self.resources.get(name).map(|v| Res { name: name.into(), version: v.clone() })
+        self.resources.get(name).map(|v| Res {
+            name: name.into(),
+            version: v.clone(),
+            ttl: self.ttls.get(name).copied(),
+        })
     }
 }
 

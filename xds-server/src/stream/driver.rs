@@ -10,6 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tokio::time::sleep_until;
+
 use futures_util::Stream;
 use tonic::{Status, Streaming};
 use tracing::Instrument;
@@ -32,6 +34,16 @@ struct Slot<P: Protocol> {
     watch: Box<dyn Watch>,
     /// When the response in flight was sent, for the ACK latency metric.
     sent_at: Option<Instant>,
+    /// When the client last got a response of this type: TTLs run from there.
+    refreshed_at: Instant,
+}
+
+impl<P: Protocol> Slot<P> {
+    /// When a heartbeat is owed: half the shortest held TTL after the last response, so the
+    /// client renews well before anything expires.
+    fn heartbeat_due(&self) -> Option<Instant> {
+        P::min_ttl(&self.sub).map(|ttl| self.refreshed_at + ttl / 2)
+    }
 }
 
 struct Driver<P: Protocol> {
@@ -124,6 +136,7 @@ impl<P: Protocol> Driver<P> {
             if self.done {
                 return None;
             }
+            let heartbeat = self.subs.values().filter_map(Slot::heartbeat_due).min();
             tokio::select! {
                 biased;
                 _ = self.shared.shutdown.cancelled() => {
@@ -138,12 +151,39 @@ impl<P: Protocol> Driver<P> {
                             return Some(Err(status));
                         }
                     }
-                    // The client closed its side, or the transport failed: nothing left to do.
-                    Ok(None) | Err(_) => return None,
+                    // The client closed its side: nothing left to do.
+                    Ok(None) => return None,
+                    // A request that did not decode (too large, malformed) or a broken transport:
+                    // end the stream and tell the client why (a gone client simply won't hear it).
+                    Err(status) => {
+                        self.done = true;
+                        return Some(Err(self.request_error(status)));
+                    }
                 },
                 _ = self.signal.raised() => {}
+                _ = sleep_until(heartbeat.unwrap_or_else(Instant::now).into()), if heartbeat.is_some() => {}
             }
             self.round();
+        }
+    }
+
+    /// The status a stream ends with when its request stream fails.
+    fn request_error(&self, status: Status) -> Status {
+        match status.code() {
+            // tonic's "decoded message length too large": the `max_request_bytes` limit.
+            tonic::Code::OutOfRange => {
+                self.shared.metrics.refused("max_request_bytes");
+                Status::resource_exhausted(format!(
+                    "request larger than the server accepts ({} bytes): {}",
+                    self.shared.config.limits.max_request_bytes,
+                    status.message()
+                ))
+            }
+            tonic::Code::Internal | tonic::Code::InvalidArgument => {
+                self.shared.metrics.refused("malformed_request");
+                Status::invalid_argument(format!("malformed request: {}", status.message()))
+            }
+            _ => status,
         }
     }
 
@@ -191,7 +231,12 @@ impl<P: Protocol> Driver<P> {
                     )
                     .map_err(|e| crate::server::cache_status(&e))?;
                 self.shared.metrics.stream_opened(P::LABEL, type_url.label());
-                v.insert(Slot { sub: P::new_sub(type_url.traits()), watch, sent_at: None })
+                v.insert(Slot {
+                    sub: P::new_sub(type_url.traits()),
+                    watch,
+                    sent_at: None,
+                    refreshed_at: Instant::now(),
+                })
             }
         };
         let handled = P::handle(&mut slot.sub, request);
@@ -282,8 +327,13 @@ impl<P: Protocol> Driver<P> {
         slot.watch.read(&mut |view| {
             sent = P::poll(sub, view, nonces, defer_removals, type_url, cp);
         });
+        let now = Instant::now();
+        if sent.is_none() && slot.heartbeat_due().is_some_and(|due| due <= now) {
+            sent = P::heartbeat(&mut slot.sub, nonces, type_url, cp);
+        }
         let Some(sent) = sent else { return };
-        slot.sent_at = Some(Instant::now());
+        slot.sent_at = Some(now);
+        slot.refreshed_at = now;
         self.shared.metrics.response(P::LABEL, type_url.label(), sent.bytes);
         self.shared.callbacks.on_response(
             &self.info,

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use xds_cache::{DynView, Variant};
 use xds_core::{
-    DeltaRequest, DeltaSubStream, ErrorDetail, Handled, Nonces, SotwRequest, SotwSubStream,
-    TypeTraits,
+    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, Handled, Nonces,
+    SotwRequest, SotwResponse, SotwSubStream, TypeTraits,
 };
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
@@ -48,6 +48,15 @@ pub(crate) trait Protocol: Send + 'static {
         type_url: &TypeUrl,
         control_plane: Option<&str>,
     ) -> Option<Sent<Self::Wire>>;
+    /// A heartbeat renewing the resources with a TTL the client holds, if one can go now.
+    fn heartbeat(
+        sub: &mut Self::Sub,
+        nonces: &mut Nonces,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<Self::Wire>>;
+    /// The shortest TTL among what the client holds.
+    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration>;
     fn awaiting_ack(sub: &Self::Sub) -> bool;
     fn has_deferred_removals(sub: &Self::Sub) -> bool;
     /// Rule D10: resend subscribed names under `prefix` (delta VHDS only).
@@ -103,17 +112,20 @@ impl Protocol for Sotw {
         } else {
             sub.poll_response(view, nonces)
         }?;
-        let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
-        let names = response.resources.iter().map(|r| r.name().to_owned()).collect();
-        let wire = SotwWire::new(type_url, response, control_plane);
-        Some(Sent {
-            version,
-            nonce,
-            resources: wire.resources.len(),
-            bytes: wire.body_bytes(),
-            names,
-            wire,
-        })
+        Some(sotw_sent(response, type_url, control_plane))
+    }
+
+    fn heartbeat(
+        sub: &mut Self::Sub,
+        nonces: &mut Nonces,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<SotwWire>> {
+        Some(sotw_sent(sub.poll_heartbeat(nonces)?, type_url, control_plane))
+    }
+
+    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration> {
+        sub.min_ttl()
     }
 
     fn awaiting_ack(sub: &Self::Sub) -> bool {
@@ -179,18 +191,20 @@ impl Protocol for Delta {
         } else {
             sub.poll_response(view, nonces)
         }?;
-        let (version, nonce) = (response.system_version_info.clone(), response.nonce.clone());
-        let names: Vec<String> = response.resources.iter().map(|e| e.name().to_owned()).collect();
-        let bytes = response
-            .resources
-            .iter()
-            .map(|e| match e {
-                xds_core::DeltaResource::Present { resource, .. } => resource.value().len(),
-                xds_core::DeltaResource::Absent { .. } => 0,
-            })
-            .sum();
-        let wire = DeltaWire::new(type_url, response, control_plane);
-        Some(Sent { version, nonce, resources: names.len(), bytes, names, wire })
+        Some(delta_sent(response, type_url, control_plane))
+    }
+
+    fn heartbeat(
+        sub: &mut Self::Sub,
+        nonces: &mut Nonces,
+        type_url: &TypeUrl,
+        control_plane: Option<&str>,
+    ) -> Option<Sent<DeltaWire>> {
+        Some(delta_sent(sub.poll_heartbeat(nonces)?, type_url, control_plane))
+    }
+
+    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration> {
+        sub.min_ttl()
     }
 
     fn awaiting_ack(sub: &Self::Sub) -> bool {
@@ -210,6 +224,41 @@ impl Protocol for Delta {
         status.names = sub.subscription().names().iter().cloned().collect();
         status.resources = held(sub.held());
     }
+}
+
+fn sotw_sent(
+    response: SotwResponse<EncodedResource>,
+    type_url: &TypeUrl,
+    cp: Option<&str>,
+) -> Sent<SotwWire> {
+    let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
+    let names = response.resources.iter().map(|r| r.name().to_owned()).collect();
+    let wire = SotwWire::new(type_url, response, cp);
+    let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
+    Sent { version, nonce, resources: wire.resources.len(), bytes, names, wire }
+}
+
+fn delta_sent(
+    response: DeltaResponse<EncodedResource>,
+    type_url: &TypeUrl,
+    cp: Option<&str>,
+) -> Sent<DeltaWire> {
+    let (version, nonce) = (response.system_version_info.clone(), response.nonce.clone());
+    let names: Vec<String> = response.resources.iter().map(|e| e.name().to_owned()).collect();
+    let bytes = if response.heartbeat {
+        0
+    } else {
+        response
+            .resources
+            .iter()
+            .map(|e| match e {
+                DeltaResource::Present { resource, .. } => resource.value().len(),
+                DeltaResource::Absent { .. } => 0,
+            })
+            .sum()
+    };
+    let wire = DeltaWire::new(type_url, response, cp);
+    Sent { version, nonce, resources: names.len(), bytes, names, wire }
 }
 
 fn held<'a>(

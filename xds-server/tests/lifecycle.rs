@@ -1,0 +1,134 @@
+//! The life of streams: graceful shutdown and callbacks, over the wire.
+
+mod util;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tonic::Code;
+use xds_cache::SnapshotCache;
+use xds_core::ErrorDetail;
+use xds_proto::TypeUrl;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_server::{Callbacks, Refusal, StreamInfo, XdsServer};
+
+use util::*;
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_with_unavailable_and_refuses_new_ones() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let t = serve(cache).await;
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &[], None).await;
+    let r = sotw.recv_type(CDS).await;
+    sotw.ack(&r).await;
+    let mut delta = Delta::clusters(&t, "n1").await;
+    delta.subscribe(CDS, &[], &[]).await;
+    let d = delta.recv_type(CDS).await;
+    delta.ack(&d).await;
+    let shutting_down = t.server.shutting_down();
+
+    t.server.shutdown();
+    tokio::time::timeout(WAIT, shutting_down).await.expect("shutting_down resolves");
+    assert_status(&sotw.recv_err().await, Code::Unavailable, &[]);
+    assert_status(&delta.recv_err().await, Code::Unavailable, &[]);
+    eventually("every stream closed", || t.server.status().is_empty()).await;
+
+    let mut client = t.ads().await;
+    let refused = Sotw::open(None, |r| async move { client.stream_aggregated_resources(r).await })
+        .await
+        .err()
+        .expect("a new stream is refused");
+    assert_status(&refused, Code::Unavailable, &[]);
+}
+
+#[derive(Default)]
+struct Counts {
+    opened: AtomicUsize,
+    closed: AtomicUsize,
+    acks: AtomicUsize,
+    nacks: AtomicUsize,
+    last_nack: Mutex<Option<(String, String)>>,
+}
+
+/// Refuses node "evil" and counts what it sees.
+struct Recorder(Arc<Counts>);
+
+impl Callbacks for Recorder {
+    fn on_stream_open(&self, _: &StreamInfo) -> Result<(), Refusal> {
+        self.0.opened.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn on_node(&self, _: &StreamInfo, node: &Node) -> Result<(), Refusal> {
+        if node.id == "evil" {
+            return Err(Refusal(format!("node {} is not welcome", node.id)));
+        }
+        Ok(())
+    }
+
+    fn on_stream_closed(&self, _: &StreamInfo) {
+        self.0.closed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_ack(&self, _: &StreamInfo, _: &TypeUrl, _: &str, _: &str) {
+        self.0.acks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_nack(&self, _: &StreamInfo, _: &TypeUrl, _: &str, nonce: &str, error: &ErrorDetail) {
+        self.0.nacks.fetch_add(1, Ordering::SeqCst);
+        *self.0.last_nack.lock().expect("lock") = Some((nonce.to_owned(), error.message.clone()));
+    }
+}
+
+async fn recorded() -> (TestServer, SnapshotCache, Arc<Counts>) {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 1)]);
+    let counts = Arc::new(Counts::default());
+    let server = XdsServer::builder(cache.clone()).callbacks(Recorder(counts.clone())).build();
+    (start(server).await, cache, counts)
+}
+
+#[tokio::test]
+async fn callbacks_on_node_refusal_is_permission_denied() {
+    let (t, _, counts) = recorded().await;
+    let mut evil = Sotw::ads(&t, "evil").await;
+    evil.subscribe(CDS, &[], None).await;
+    assert_status(&evil.recv_err().await, Code::PermissionDenied, &["evil", "not welcome"]);
+    let mut delta = Delta::ads(&t, "evil").await;
+    delta.subscribe(CDS, &[], &[]).await;
+    assert_status(&delta.recv_err().await, Code::PermissionDenied, &["not welcome"]);
+    // Other nodes are served.
+    let mut good = Sotw::ads(&t, "n1").await;
+    good.subscribe(CDS, &[], None).await;
+    assert_eq!(sotw_names(&good.recv_type(CDS).await), ["a"]);
+    assert_eq!(counts.opened.load(Ordering::SeqCst), 3);
+    eventually("the refused streams closed", || counts.closed.load(Ordering::SeqCst) == 2).await;
+}
+
+// rules S4, S5
+#[tokio::test]
+async fn callbacks_count_acks_and_nacks() {
+    let (t, cache, counts) = recorded().await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.subscribe(CDS, &[], None).await;
+    let cds = ads.recv_type(CDS).await;
+    ads.ack(&cds).await;
+    ads.subscribe(EDS, &["a"], None).await;
+    let eds = ads.recv_type(EDS).await;
+    ads.nack(&eds, "", "endpoints rejected").await;
+    eventually("one ACK and one NACK", || {
+        counts.acks.load(Ordering::SeqCst) == 1 && counts.nacks.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let last = counts.last_nack.lock().expect("lock").clone();
+    assert_eq!(last, Some((eds.nonce.clone(), "endpoints rejected".to_owned())));
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 2)]);
+    let eds2 = ads.recv_type(EDS).await;
+    ads.ack(&eds2).await;
+    eventually("a second ACK", || counts.acks.load(Ordering::SeqCst) == 2).await;
+    assert_eq!(counts.nacks.load(Ordering::SeqCst), 1);
+    drop(ads);
+    eventually("the stream closed", || counts.closed.load(Ordering::SeqCst) == 1).await;
+}

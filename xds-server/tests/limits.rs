@@ -1,0 +1,145 @@
+//! Limits over the wire: each ends only the offending stream, with a status naming the limit.
+
+mod util;
+
+use tonic::Code;
+use xds_cache::SnapshotCache;
+use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use xds_server::{Limits, ServerConfig, XdsServer};
+
+use util::*;
+
+async fn server(cache: &SnapshotCache, limits: Limits) -> TestServer {
+    let config = ServerConfig { limits, ..Default::default() };
+    start(XdsServer::builder(cache.clone()).config(config).build()).await
+}
+
+/// A client on another stream that checks it still gets updates: subscribes to clusters and
+/// returns the stream after the first response was ACKed.
+async fn bystander(t: &TestServer) -> Sotw {
+    let mut s = Sotw::ads(t, "n1").await;
+    s.subscribe(CDS, &[], None).await;
+    let r = s.recv_type(CDS).await;
+    s.ack(&r).await;
+    s
+}
+
+/// Changes the clusters and checks that `s` hears of it.
+async fn still_served(cache: &SnapshotCache, s: &mut Sotw, tag: &str) {
+    cache.set_snapshot("n1", snapshot![cluster("a", tag)]);
+    let r = s.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    s.ack(&r).await;
+}
+
+#[tokio::test]
+async fn max_names_per_request_is_invalid_argument() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let t = server(&cache, Limits::default()).await;
+    let mut other = bystander(&t).await;
+
+    let many: Vec<String> = (0..100_000).map(|i| format!("c{i}")).collect();
+    let mut greedy = Sotw::ads(&t, "n1").await;
+    greedy
+        .send(DiscoveryRequest { type_url: url(CDS), resource_names: many, ..Default::default() })
+        .await;
+    let status = greedy.recv_err().await;
+    assert_status(&status, Code::InvalidArgument, &["65536", "100000"]);
+    still_served(&cache, &mut other, "1").await;
+
+    // Exactly at the limit is fine.
+    let limit: Vec<String> = (0..65_536).map(|i| format!("c{i}")).collect();
+    let mut full = Sotw::ads(&t, "n1").await;
+    full.send(DiscoveryRequest { type_url: url(CDS), resource_names: limit, ..Default::default() })
+        .await;
+    let r = full.recv_type(CDS).await;
+    assert!(r.resources.is_empty(), "none of the names exists");
+    still_served(&cache, &mut other, "2").await;
+
+    // The same on delta (subscribed names) and on a unary fetch.
+    let many: Vec<String> = (0..100_000).map(|i| format!("c{i}")).collect();
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta
+        .send(DeltaDiscoveryRequest {
+            type_url: url(EDS),
+            resource_names_subscribe: many.clone(),
+            ..Default::default()
+        })
+        .await;
+    assert_status(&delta.recv_err().await, Code::InvalidArgument, &["65536"]);
+    let fetch =
+        DiscoveryRequest { node: Some(node("n1")), resource_names: many, ..Default::default() };
+    let status = t.cds().await.fetch_clusters(fetch).await.expect_err("too many names");
+    assert_status(&status, Code::InvalidArgument, &["65536"]);
+    still_served(&cache, &mut other, "3").await;
+}
+
+#[tokio::test]
+async fn request_rate_beyond_the_limit_is_resource_exhausted() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let limits = Limits { max_requests_per_second: 5, request_burst: 5, ..Default::default() };
+    let t = server(&cache, limits).await;
+    let mut other = bystander(&t).await;
+    let mut spinner = Sotw::ads(&t, "n1").await;
+    for _ in 0..50 {
+        spinner.subscribe(CDS, &[], None).await;
+    }
+    let status = spinner.recv_err().await;
+    assert_status(&status, Code::ResourceExhausted, &["too many requests"]);
+    assert!(t.metrics().contains("xds_refused_total{reason=\"rate_limit\"} 1"));
+    still_served(&cache, &mut other, "1").await;
+}
+
+#[tokio::test]
+async fn max_streams_is_resource_exhausted() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let t = server(&cache, Limits { max_streams: 2, ..Default::default() }).await;
+    let mut one = bystander(&t).await;
+    let two = Sotw::clusters(&t, "n1").await;
+    let mut client = t.ads().await;
+    let refused = Sotw::open(None, |r| async move { client.stream_aggregated_resources(r).await })
+        .await
+        .err()
+        .expect("a third stream is refused");
+    assert_status(&refused, Code::ResourceExhausted, &["2"]);
+    still_served(&cache, &mut one, "1").await;
+    // A closed stream makes room.
+    drop(two);
+    eventually("the stream closed", || t.server.status().len() == 1).await;
+    let mut three = bystander(&t).await;
+    still_served(&cache, &mut three, "2").await;
+}
+
+#[tokio::test]
+async fn max_request_bytes_ends_only_the_offending_stream() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let t = server(&cache, Limits { max_request_bytes: 16 << 10, ..Default::default() }).await;
+    let mut other = bystander(&t).await;
+    let mut big = Sotw::ads(&t, "n1").await;
+    big.subscribe(CDS, &[&"x".repeat(32 << 10)], None).await;
+    // The stream ends (see the next test for the status it should end with).
+    let _ = big.recv_end().await;
+    still_served(&cache, &mut other, "1").await;
+    // A request just under the limit is served.
+    let mut fits = Sotw::ads(&t, "n1").await;
+    fits.subscribe(CDS, &[&"x".repeat(15 << 10)], None).await;
+    assert!(fits.recv_type(CDS).await.resources.is_empty());
+}
+
+#[tokio::test]
+async fn max_request_bytes_is_resource_exhausted() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let t = server(&cache, Limits { max_request_bytes: 16 << 10, ..Default::default() }).await;
+    let mut big = Sotw::ads(&t, "n1").await;
+    big.subscribe(CDS, &[&"x".repeat(32 << 10)], None).await;
+    let status = big.recv_end().await.expect("the stream ends with an error status");
+    assert!(
+        matches!(status.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "refused with {status:?}"
+    );
+}
