@@ -71,13 +71,7 @@ impl<R: Resource> DeltaSubStream<R> {
                 self.tracker.forced.insert(name);
             }
         }
-        for name in &change.removed {
-            if name == WILDCARD {
-                self.tracker.wildcard_left(&self.subscription);
-            } else {
-                self.tracker.unsubscribed(name, &self.subscription);
-            }
-        }
+        self.tracker.subscription_shrank(&change.removed, &self.subscription);
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }
 
@@ -201,7 +195,7 @@ impl<R: Resource> DeltaSubStream<R> {
     /// What the client holds, by subscribed name: `Some(version)`, or `None` when it was told the
     /// name does not exist.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held.iter().map(|(name, held)| (name.as_str(), held.version()))
+        self.tracker.held_versions()
     }
 
     /// The traits of the sub-stream's type.

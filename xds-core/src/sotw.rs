@@ -89,13 +89,7 @@ impl<R: Resource> SotwSubStream<R> {
                 self.tracker.forced.insert(name.clone());
             }
         }
-        for name in &change.removed {
-            if name == WILDCARD {
-                self.tracker.wildcard_left(&self.subscription);
-            } else {
-                self.tracker.unsubscribed(name, &self.subscription);
-            }
-        }
+        self.tracker.subscription_shrank(&change.removed, &self.subscription);
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }
 
@@ -266,7 +260,7 @@ impl<R: Resource> SotwSubStream<R> {
 
     /// The versions of the resources the client was sent, by name.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held.iter().map(|(name, held)| (name.as_str(), held.version()))
+        self.tracker.held_versions()
     }
 
     /// The traits of the sub-stream's type.

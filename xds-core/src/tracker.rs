@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::resource::{Resource, TypeTraits, View};
-use crate::subscription::Subscription;
+use crate::subscription::{Subscription, WILDCARD};
 
 /// What the client holds under one subscribed name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,9 +103,26 @@ impl<R: Resource> Tracker<R> {
             .min()
     }
 
+    /// Forgets what the client held under names (and the wildcard, `*`) that left the
+    /// subscription: the client drops those itself.
+    pub(crate) fn subscription_shrank(&mut self, removed: &[String], sub: &Subscription) {
+        for name in removed {
+            if name == WILDCARD {
+                self.wildcard_left(sub);
+            } else {
+                self.unsubscribed(name, sub);
+            }
+        }
+    }
+
+    /// What the client holds, by subscribed name: `Some(version)`, or `None` when told absent.
+    pub(crate) fn held_versions(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        self.held.iter().map(|(name, held)| (name.as_str(), held.version()))
+    }
+
     /// Forgets held state for a name that left the subscription (the client drops it itself),
     /// unless a wildcard still covers it.
-    pub(crate) fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
+    fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
         self.forced.remove(name);
         if !sub.is_wildcard() {
             self.held.remove(name);
@@ -114,7 +131,7 @@ impl<R: Resource> Tracker<R> {
     }
 
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
-    pub(crate) fn wildcard_left(&mut self, sub: &Subscription) {
+    fn wildcard_left(&mut self, sub: &Subscription) {
         self.held.retain(|name, _| sub.has_name(name));
         self.deferred.retain(|name| sub.has_name(name));
     }
