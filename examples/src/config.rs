@@ -15,7 +15,7 @@
 //! names its path), names are unique per type and group, and every group's snapshot must pass the
 //! consistency check (rule O3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -88,6 +88,21 @@ pub fn fingerprint(path: &Path) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
 
 /// Loads and checks the configuration at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with(path, &Config::default())
+}
+
+/// Loads the configuration at `path`, reusing the encoded resources of `previous` (and of other
+/// groups) whose content is unchanged: every resource version is held once in memory, however
+/// many groups serve it and however often the file is reloaded.
+pub fn load_with(path: &Path, previous: &Config) -> Result<Config, ConfigError> {
+    let mut interned = Interner::default();
+    for snapshot in previous.groups.values() {
+        for t in snapshot.types() {
+            for r in snapshot.resources(t) {
+                interned.intern(r.clone());
+            }
+        }
+    }
     let mut builders: BTreeMap<String, SnapshotBuilder> = BTreeMap::new();
     builders.entry(DEFAULT_GROUP.to_owned()).or_default();
     for file in files(path)? {
@@ -100,7 +115,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         } else {
             xds_proto::yaml_to_json(&text).map_err(|e| err(String::new(), e.to_string()))?
         };
-        read_document(&doc, &mut builders).map_err(|(location, reason)| err(location, reason))?;
+        read_document(&doc, &mut builders, &mut interned)
+            .map_err(|(location, reason)| err(location, reason))?;
     }
     let mut groups = BTreeMap::new();
     for (group, builder) in builders {
@@ -116,9 +132,21 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 type Located = (String, String);
 
+/// One shared handle per (type, name, version).
+#[derive(Default)]
+struct Interner(HashMap<(String, String, String), EncodedResource>);
+
+impl Interner {
+    fn intern(&mut self, r: EncodedResource) -> EncodedResource {
+        let key = (r.type_url().as_str().to_owned(), r.name().to_owned(), r.version().to_owned());
+        self.0.entry(key).or_insert(r).clone()
+    }
+}
+
 fn read_document(
     doc: &Value,
     builders: &mut BTreeMap<String, SnapshotBuilder>,
+    interned: &mut Interner,
 ) -> Result<(), Located> {
     let Some(top) = doc.as_object() else {
         // An empty file is an empty configuration.
@@ -134,7 +162,8 @@ fn read_document(
         }
     }
     if let Some(list) = top.get("resources") {
-        read_resources(list, "resources", builders.entry(DEFAULT_GROUP.to_owned()).or_default())?;
+        let builder = builders.entry(DEFAULT_GROUP.to_owned()).or_default();
+        read_resources(list, "resources", builder, interned)?;
     }
     if let Some(groups) = top.get("groups") {
         let groups = groups
@@ -152,17 +181,19 @@ fn read_document(
                 return Err((format!("{here}.{key}"), "unknown key: expected `resources`".into()));
             }
             let list = fields.get("resources").unwrap_or(&Value::Null);
-            read_resources(
-                list,
-                &format!("{here}.resources"),
-                builders.entry(name.clone()).or_default(),
-            )?;
+            let builder = builders.entry(name.clone()).or_default();
+            read_resources(list, &format!("{here}.resources"), builder, interned)?;
         }
     }
     Ok(())
 }
 
-fn read_resources(list: &Value, at: &str, builder: &mut SnapshotBuilder) -> Result<(), Located> {
+fn read_resources(
+    list: &Value,
+    at: &str,
+    builder: &mut SnapshotBuilder,
+    interned: &mut Interner,
+) -> Result<(), Located> {
     let items = match list {
         Value::Null => return Ok(()),
         Value::Array(items) => items,
@@ -179,7 +210,7 @@ fn read_resources(list: &Value, at: &str, builder: &mut SnapshotBuilder) -> Resu
                 format!("{} {:?} is defined twice", resource.type_url().label(), resource.name()),
             ));
         }
-        builder.add_encoded(resource);
+        builder.add_encoded(interned.intern(resource));
     }
     Ok(())
 }

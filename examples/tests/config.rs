@@ -99,3 +99,21 @@ fn fingerprints_change_with_content() {
     write(&dir, "c.yaml", &format!("resources:{CLA}{CLUSTER}"));
     assert_ne!(config::fingerprint(&path), before);
 }
+
+#[test]
+fn reloads_and_groups_share_unchanged_resources() {
+    let dir = temp_dir("intern");
+    let text = format!(
+        "resources:{CLUSTER}{CLA}groups:\n  g:\n    resources:{}",
+        CLA.replace("\n  ", "\n      ")
+    );
+    let path = write(&dir, "c.yaml", &text);
+    let first = config::load(&path).unwrap();
+    let cla_type = TypeUrl::from(ResourceType::ClusterLoadAssignment);
+    let in_default = first.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
+    let in_group = first.groups["g"].get(&cla_type, "backend").unwrap();
+    assert!(in_default.ptr_eq(in_group), "one copy per version across groups");
+    let second = config::load_with(&path, &first).unwrap();
+    let again = second.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
+    assert!(again.ptr_eq(in_default), "one copy per version across reloads");
+}

@@ -1,6 +1,7 @@
 //! The resources of one type (for one node group), with revisions: what a stream's view reads.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use xds_core::View;
 use xds_proto::EncodedResource;
@@ -27,11 +28,12 @@ struct Entry {
 /// O(changed), not O(resources). Each operation is O(log n) in the number of resources.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Table {
-    entries: BTreeMap<String, Entry>,
+    /// Names are the resources' own shared strings: indexing a resource copies no name.
+    entries: BTreeMap<Arc<str>, Entry>,
     /// Latest revision of each name -> the name (live or deleted).
-    changes: BTreeMap<u64, String>,
+    changes: BTreeMap<u64, Arc<str>>,
     /// Deleted names -> the revision of their deletion.
-    tombstones: HashMap<String, u64>,
+    tombstones: HashMap<Arc<str>, u64>,
     revision: u64,
     /// `changed_since(r)` is exact for every `r >= horizon`.
     horizon: u64,
@@ -43,7 +45,7 @@ impl Table {
     /// Creates or replaces a resource. Returns `false`, changing nothing, when the same version
     /// is already there.
     pub(crate) fn upsert(&mut self, resource: EncodedResource) -> bool {
-        let name = resource.name().to_owned();
+        let name = resource.shared_name();
         if let Some(old) = self.entries.get(&name) {
             if old.resource.version() == resource.version() && old.resource.ttl() == resource.ttl()
             {
@@ -65,12 +67,12 @@ impl Table {
 
     /// Deletes a resource. Returns `false` when there was none.
     pub(crate) fn delete(&mut self, name: &str) -> bool {
-        let Some(old) = self.entries.remove(name) else { return false };
+        let Some((name, old)) = self.entries.remove_entry(name) else { return false };
         self.changes.remove(&old.revision);
-        self.version_acc ^= entry_hash(name, old.resource.version());
+        self.version_acc ^= entry_hash(&name, old.resource.version());
         self.revision += 1;
-        self.changes.insert(self.revision, name.to_owned());
-        self.tombstones.insert(name.to_owned(), self.revision);
+        self.changes.insert(self.revision, name.clone());
+        self.tombstones.insert(name, self.revision);
         self.collect_tombstones();
         true
     }
@@ -78,8 +80,8 @@ impl Table {
     /// Makes the table hold exactly `resources`: unchanged ones keep their revision (and no
     /// stream hears of them). Returns the number of names created, changed or deleted.
     pub(crate) fn replace_all(&mut self, resources: &BTreeMap<String, EncodedResource>) -> usize {
-        let gone: Vec<String> =
-            self.entries.keys().filter(|n| !resources.contains_key(*n)).cloned().collect();
+        let gone: Vec<Arc<str>> =
+            self.entries.keys().filter(|n| !resources.contains_key(&***n)).cloned().collect();
         let mut changed = 0;
         for name in gone {
             changed += usize::from(self.delete(&name));
@@ -144,7 +146,10 @@ impl View for Table {
         let prefix = format!("{route_config}/");
         let candidates = self
             .entries
-            .range(prefix.clone()..)
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(name, _)| name.starts_with(&prefix))
             .filter_map(|(_, e)| e.domains.as_deref().map(|d| (&e.resource, d)));
         vhds::best_match(host, candidates).cloned()

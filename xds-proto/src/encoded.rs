@@ -22,7 +22,7 @@ pub struct EncodedResource(Arc<Inner>);
 
 struct Inner {
     type_url: TypeUrl,
-    name: Box<str>,
+    name: Arc<str>,
     version: Box<str>,
     value: Bytes,
     ttl: Option<Duration>,
@@ -132,6 +132,11 @@ impl EncodedResource {
     /// The resource's name.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// The name as a shared string: caches index resources by it without copying it.
+    pub fn shared_name(&self) -> Arc<str> {
+        self.0.name.clone()
     }
 
     /// The content-hash version: 16 lower-case hex digits of the XXH3-64 of the canonical bytes.

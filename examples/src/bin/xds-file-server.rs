@@ -193,7 +193,15 @@ async fn watch_config(
             continue;
         }
         seen = now;
-        match load_blocking(&path).await {
+        // What is served now: unchanged resources are reused, not held twice.
+        let previous = config::Config {
+            groups: cache
+                .groups()
+                .into_iter()
+                .filter_map(|g| cache.snapshot(&g).map(|s| (g, s)))
+                .collect(),
+        };
+        match load_blocking(&path, previous).await {
             Ok(config) => publish(&cache, config, &names, &state),
             Err(e) => {
                 tracing::error!(error = %e, "configuration rejected; the last good one keeps serving");
@@ -203,9 +211,9 @@ async fn watch_config(
     }
 }
 
-async fn load_blocking(path: &Path) -> Result<config::Config, String> {
+async fn load_blocking(path: &Path, previous: config::Config) -> Result<config::Config, String> {
     let path = path.to_owned();
-    match tokio::task::spawn_blocking(move || config::load(&path)).await {
+    match tokio::task::spawn_blocking(move || config::load_with(&path, &previous)).await {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the loader failed: {e}")),
     }
