@@ -1,8 +1,8 @@
 //! The file-backed control plane's configuration: Envoy resources in YAML or JSON.
 //!
-//! ```yaml
+//! ```text
 //! resources:                      # served to every node (the default group)
-//!   - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+//!   - "@type": <type URL, e.g. of envoy.config.cluster.v3.Cluster>
 //!     name: backend
 //!     ...
 //! groups:                         # optional: per node id or node cluster, its own resources
@@ -13,7 +13,7 @@
 //! A path may be one file or a directory of `.yaml`/`.yml`/`.json` files, read in name order and
 //! merged. Every resource is checked against its type's schema (an unknown field is an error that
 //! names its path), names are unique per type and group, and every group's snapshot must pass the
-//! consistency check (rule O3).
+//! consistency check (rule O3). `examples/config/default.yaml` is a complete example.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

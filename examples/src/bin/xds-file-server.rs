@@ -12,6 +12,8 @@ use examples::config::{self, DEFAULT_GROUP};
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use xds_proto::prost;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::{FileFormat, FileWriter, ServerConfig, XdsServer};
 
@@ -276,7 +278,7 @@ Point Envoy at it (bootstrap):
         type: STATIC
         typed_extension_protocol_options:
           envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-            "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+            "@type": {protocol_options}
             explicit_http_config: {{ http2_protocol_options: {{}} }}
         load_assignment:
           cluster_name: xds
@@ -287,6 +289,7 @@ Point a proxyless gRPC client at it (GRPC_XDS_BOOTSTRAP_CONFIG), then dial xds:/
    "node": {{"id": "grpc-client-1", "cluster": "grpc-clients"}}}}
 "#,
         config = args.config.display(),
+        protocol_options = <HttpProtocolOptions as prost::Name>::type_url(),
         grpc = args.grpc_addr,
         http = args.http_addr,
     );
