@@ -10,7 +10,9 @@ cargo test --workspace
 cargo test --workspace --benches
 
 echo "== interop: Python grpcio xDS client through xds-file-server"
-cargo build -p examples --bin xds-file-server
+# `cargo test` built the binaries already (the examples package has integration tests); building
+# them again with `-p examples` would resolve other features and rebuild every dependency.
+[ -x target/debug/xds-file-server ] || cargo build -p examples --bin xds-file-server
 venv=target/interop-venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
