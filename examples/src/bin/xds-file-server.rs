@@ -15,7 +15,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use xds_proto::prost;
 use xds_proto::{ResourceType, TypeUrl};
-use xds_server::{FileFormat, FileWriter, ServerConfig, XdsServer};
+use xds_server::{FileFormat, FileWriter, RequireNodeIdentity, ServerConfig, XdsServer};
 
 /// Serve Envoy resources from YAML/JSON files over xDS (ADS and per-type, SotW and delta),
 /// REST-JSON, CSDS; reload on change.
@@ -40,6 +40,10 @@ struct Args {
     /// PEM CA bundle: require client certificates signed by it (mTLS).
     #[arg(long, requires = "tls_cert")]
     client_ca: Option<PathBuf>,
+    /// Refuse a client whose node id its certificate does not name (DNS/URI SAN, or the last
+    /// segment of a SPIFFE id). Needs --client-ca.
+    #[arg(long, requires = "client_ca")]
+    verify_node_id: bool,
     /// Also write the default group's resources as DiscoveryResponse files here (Envoy
     /// filesystem subscriptions), replaced atomically on every change.
     #[arg(long)]
@@ -96,9 +100,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }));
     publish(&cache, initial, &group_names, &state);
 
-    let server = XdsServer::builder(cache.clone())
-        .config(ServerConfig { allow_anonymous: args.allow_anonymous, ..Default::default() })
-        .build();
+    let mut builder = XdsServer::builder(cache.clone())
+        .config(ServerConfig { allow_anonymous: args.allow_anonymous, ..Default::default() });
+    if args.verify_node_id {
+        builder = builder.callbacks(RequireNodeIdentity);
+    }
+    let server = builder.build();
 
     let reload =
         watch_config(args.config.clone(), cache.clone(), group_names.clone(), state.clone());
