@@ -4,6 +4,22 @@
 //!
 //! This crate holds no state and does no I/O. It is the only place in the workspace that spells
 //! type URL strings: everything else speaks [`ResourceType`] and [`TypeUrl`].
+//!
+//! ```
+//! use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+//! use xds_proto::{EncodedResource, ResourceType};
+//!
+//! // From Envoy-style YAML, with the field path named on error.
+//! let cluster: Cluster = xds_proto::from_yaml_str("name: backend\nconnect_timeout: 1s\n")?;
+//! let bad = xds_proto::from_yaml_str::<Cluster>("name: backend\nconect_timeout: 1s\n");
+//! assert!(bad.unwrap_err().to_string().contains("conect_timeout"));
+//!
+//! // Encoded once; the version is a hash of the content, the same in every process.
+//! let encoded = EncodedResource::new(&cluster)?;
+//! assert_eq!(encoded.type_url().builtin(), Some(ResourceType::Cluster));
+//! assert_eq!(encoded.version(), EncodedResource::new(&cluster)?.version());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod canonical;
 mod descriptor;
