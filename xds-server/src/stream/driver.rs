@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use tokio::time::sleep_until;
@@ -25,6 +25,9 @@ use super::rate::TokenBucket;
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
 use crate::status::{NackStatus, StreamStatus, lock, now_ms};
+
+/// The node of a client that sent none (when anonymous clients are allowed).
+static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
 
 /// The response stream handed to tonic.
 pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
@@ -49,8 +52,10 @@ impl<P: Protocol> Slot<P> {
 struct Driver<P: Protocol> {
     shared: Arc<Shared>,
     info: StreamInfo,
+    /// The node, from the first request (rule S2).
     guard: StreamGuard<Node>,
-    node: Option<Node>,
+    /// Whether the first request was accepted (node authorized).
+    started: bool,
     subs: BTreeMap<TypeUrl, Slot<P>>,
     nonces: Nonces,
     signal: Arc<Signal>,
@@ -87,7 +92,7 @@ pub(crate) fn open<P: Protocol>(
             Some(t) => StreamGuard::per_type(t.as_str(), shared.config.allow_anonymous),
             None => StreamGuard::aggregated(shared.config.allow_anonymous),
         },
-        node: None,
+        started: false,
         subs: BTreeMap::new(),
         nonces: Nonces::new(),
         signal: Arc::new(Signal::new()),
@@ -205,7 +210,7 @@ impl<P: Protocol> Driver<P> {
             )));
         }
         let (node, type_url) = P::header(&mut request);
-        let first = self.node.is_none();
+        let first = !self.started;
         let type_url = match self.guard.check(node, &type_url) {
             Ok(t) => self.shared.type_url(t),
             Err(e) => {
@@ -216,7 +221,6 @@ impl<P: Protocol> Driver<P> {
         if first {
             self.start()?;
         }
-        let node = self.node.as_ref().cloned().unwrap_or_default();
         self.shared.callbacks.on_request(&self.info, &type_url, P::names(&request));
         self.shared.metrics.request(P::LABEL, type_url.label());
         let slot = match self.subs.entry(type_url.clone()) {
@@ -226,7 +230,11 @@ impl<P: Protocol> Driver<P> {
                     .shared
                     .cache
                     .watch(
-                        WatchRequest { node: &node, type_url: &type_url, variant: P::VARIANT },
+                        WatchRequest {
+                            node: self.guard.node().unwrap_or(&ANONYMOUS),
+                            type_url: &type_url,
+                            variant: P::VARIANT,
+                        },
                         self.signal.clone(),
                     )
                     .map_err(|e| crate::server::cache_status(&e))?;
@@ -260,7 +268,7 @@ impl<P: Protocol> Driver<P> {
                 slot.sent_at = None;
                 self.shared.metrics.nack(P::LABEL, type_url.label());
                 self.shared.callbacks.on_nack(&self.info, &type_url, version, nonce, error);
-                tracing::info!(stream = self.info.id, node = %node.id, type_url = %type_url, %version, error = %error.message, "NACK");
+                tracing::info!(type_url = %type_url, %version, error = %error.message, "NACK");
                 ts.nack = Some(NackStatus {
                     version: version.clone(),
                     nonce: nonce.clone(),
@@ -277,8 +285,8 @@ impl<P: Protocol> Driver<P> {
 
     /// The first request: remember the node (rule S2) and let the callbacks authorize it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = self.guard.node().cloned().unwrap_or_default();
-        if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
+        let node = self.guard.node().unwrap_or(&ANONYMOUS);
+        if let Err(refusal) = self.shared.callbacks.on_node(&self.info, node) {
             self.shared.metrics.refused("callback");
             return Err(Status::permission_denied(refusal.0));
         }
@@ -289,7 +297,7 @@ impl<P: Protocol> Driver<P> {
         drop(status);
         tracing::Span::current().record("node", node.id.as_str());
         tracing::debug!(node = %node.id, "stream started");
-        self.node = Some(node);
+        self.started = true;
         Ok(())
     }
 
