@@ -2,7 +2,7 @@
 //! NACKed. Queryable from Rust, as JSON, and through CSDS.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -62,10 +62,27 @@ pub struct StreamStatus {
     pub(crate) node: Option<Node>,
 }
 
+/// What a stream can tell about itself when asked: the details too costly to copy after every
+/// response (subscriptions, the versions each client holds).
+pub(crate) trait Detail: Send + Sync {
+    fn fill(&self, status: &mut StreamStatus);
+}
+
+struct Entry {
+    status: Arc<Mutex<StreamStatus>>,
+    detail: Option<Weak<dyn Detail>>,
+}
+
 /// Every open stream's status.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct StatusRegistry {
-    streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamStatus>>>>,
+    streams: Mutex<BTreeMap<u64, Entry>>,
+}
+
+impl std::fmt::Debug for StatusRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusRegistry").field("streams", &self.len()).finish()
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -88,8 +105,15 @@ impl StatusRegistry {
             types: BTreeMap::new(),
             node: None,
         }));
-        lock(&self.streams).insert(stream, status.clone());
+        lock(&self.streams).insert(stream, Entry { status: status.clone(), detail: None });
         status
+    }
+
+    /// Lets `stream` be asked for its details when its status is read.
+    pub(crate) fn attach(&self, stream: u64, detail: Weak<dyn Detail>) {
+        if let Some(entry) = lock(&self.streams).get_mut(&stream) {
+            entry.detail = Some(detail);
+        }
     }
 
     pub(crate) fn close(&self, stream: u64) {
@@ -98,8 +122,18 @@ impl StatusRegistry {
 
     /// A copy of every open stream's status, by stream id.
     pub fn streams(&self) -> Vec<StreamStatus> {
-        let streams: Vec<_> = lock(&self.streams).values().cloned().collect();
-        streams.iter().map(|s| lock(s).clone()).collect()
+        let entries: Vec<_> =
+            lock(&self.streams).values().map(|e| (e.status.clone(), e.detail.clone())).collect();
+        entries
+            .into_iter()
+            .map(|(status, detail)| {
+                let mut copy = lock(&status).clone();
+                if let Some(detail) = detail.and_then(|d| d.upgrade()) {
+                    detail.fill(&mut copy);
+                }
+                copy
+            })
+            .collect()
     }
 
     /// The status of the streams of one node id.

@@ -24,7 +24,7 @@ use super::protocol::Protocol;
 use super::rate::TokenBucket;
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
-use crate::status::{NackStatus, StreamStatus, lock, now_ms};
+use crate::status::{Detail, NackStatus, StreamStatus, lock, now_ms};
 
 /// The node of a client that sent none (when anonymous clients are allowed).
 static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
@@ -49,6 +49,17 @@ impl<P: Protocol> Slot<P> {
     }
 }
 
+/// A stream's sub-streams, readable by status queries.
+struct Subs<P: Protocol>(Mutex<BTreeMap<TypeUrl, Slot<P>>>);
+
+impl<P: Protocol> Detail for Subs<P> {
+    fn fill(&self, status: &mut StreamStatus) {
+        for (t, slot) in lock(&self.0).iter() {
+            P::fill_status(&slot.sub, status.types.entry(t.to_string()).or_default());
+        }
+    }
+}
+
 struct Driver<P: Protocol> {
     shared: Arc<Shared>,
     info: StreamInfo,
@@ -56,7 +67,10 @@ struct Driver<P: Protocol> {
     guard: StreamGuard<Node>,
     /// Whether the first request was accepted (node authorized).
     started: bool,
-    subs: BTreeMap<TypeUrl, Slot<P>>,
+    /// The sub-streams, by type in make-before-break order. Behind a mutex (uncontended: only
+    /// this stream and status queries take it) so that status pages can read what each client
+    /// holds when asked, rather than the stream copying it after every response.
+    subs: Arc<Subs<P>>,
     nonces: Nonces,
     signal: Arc<Signal>,
     requests: Streaming<P::Request>,
@@ -93,7 +107,7 @@ pub(crate) fn open<P: Protocol>(
             None => StreamGuard::aggregated(shared.config.allow_anonymous),
         },
         started: false,
-        subs: BTreeMap::new(),
+        subs: Arc::new(Subs(Mutex::new(BTreeMap::new()))),
         nonces: Nonces::new(),
         signal: Arc::new(Signal::new()),
         requests: request.into_inner(),
@@ -108,6 +122,8 @@ pub(crate) fn open<P: Protocol>(
         info,
         shared,
     };
+    let detail: Arc<dyn Detail> = driver.subs.clone();
+    driver.shared.status.attach(driver.info.id, Arc::downgrade(&detail));
     if open > driver.shared.config.limits.max_streams {
         driver.shared.metrics.refused("max_streams");
         return Err(Status::resource_exhausted(format!(
@@ -141,7 +157,7 @@ impl<P: Protocol> Driver<P> {
             if self.done {
                 return None;
             }
-            let heartbeat = self.subs.values().filter_map(Slot::heartbeat_due).min();
+            let heartbeat = lock(&self.subs.0).values().filter_map(Slot::heartbeat_due).min();
             tokio::select! {
                 biased;
                 _ = self.shared.shutdown.cancelled() => {
@@ -223,7 +239,8 @@ impl<P: Protocol> Driver<P> {
         }
         self.shared.callbacks.on_request(&self.info, &type_url, P::names(&request));
         self.shared.metrics.request(P::LABEL, type_url.label());
-        let slot = match self.subs.entry(type_url.clone()) {
+        let mut subs = lock(&self.subs.0);
+        let slot = match subs.entry(type_url.clone()) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
                 let watch = self
@@ -279,7 +296,6 @@ impl<P: Protocol> Driver<P> {
             RequestKind::Stale { .. } => self.shared.metrics.stale(P::LABEL, type_url.label()),
             RequestKind::Initial | RequestKind::Spontaneous => {}
         }
-        P::fill_status(&slot.sub, ts);
         Ok(())
     }
 
@@ -308,26 +324,33 @@ impl<P: Protocol> Driver<P> {
     /// have been updated first. Per-type streams have nothing to order against.
     fn round(&mut self) {
         let ads = self.info.type_url.is_none();
-        let types: Vec<TypeUrl> = self.subs.keys().cloned().collect();
+        let all = self.subs.clone();
+        let mut subs = lock(&all.0);
+        let types: Vec<TypeUrl> = subs.keys().cloned().collect();
         for t in &types {
-            self.poll(t, ads && defers_removals(t));
+            self.poll(&mut subs, t, ads && defers_removals(t));
         }
         if ads {
-            let pending = types.iter().any(|t| P::has_deferred_removals(&self.subs[t].sub));
+            let pending = types.iter().any(|t| P::has_deferred_removals(&subs[t].sub));
             let quiet = types
                 .iter()
                 .filter(|t| !defers_removals(t))
-                .all(|t| !P::awaiting_ack(&self.subs[t].sub));
+                .all(|t| !P::awaiting_ack(&subs[t].sub));
             if pending && quiet {
                 for t in types.iter().filter(|t| defers_removals(t)) {
-                    self.poll(t, false);
+                    self.poll(&mut subs, t, false);
                 }
             }
         }
     }
 
-    fn poll(&mut self, type_url: &TypeUrl, defer_removals: bool) {
-        let Some(slot) = self.subs.get_mut(type_url) else { return };
+    fn poll(
+        &mut self,
+        subs: &mut BTreeMap<TypeUrl, Slot<P>>,
+        type_url: &TypeUrl,
+        defer_removals: bool,
+    ) {
+        let Some(slot) = subs.get_mut(type_url) else { return };
         let cp = self.shared.config.control_plane_id.as_deref();
         let nonces = &mut self.nonces;
         let sub = &mut slot.sub;
@@ -355,11 +378,10 @@ impl<P: Protocol> Driver<P> {
             let ts = status.types.entry(type_url.to_string()).or_default();
             ts.sent_version = Some(sent.version.clone());
             ts.sent_nonce = Some(sent.nonce.clone());
-            P::fill_status(&slot.sub, ts);
         }
         // Rule D10: a client that got a new RouteConfiguration drops its virtual hosts.
         if type_url.builtin() == Some(ResourceType::RouteConfiguration)
-            && let Some(vhds) = self.subs.get_mut(&TypeUrl::from(ResourceType::VirtualHost))
+            && let Some(vhds) = subs.get_mut(&TypeUrl::from(ResourceType::VirtualHost))
         {
             for name in &sent.names {
                 P::resend_prefixed(&mut vhds.sub, &format!("{name}/"));
@@ -378,7 +400,7 @@ impl<P: Protocol> Drop for Driver<P> {
     fn drop(&mut self) {
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);
-        for t in self.subs.keys() {
+        for t in lock(&self.subs.0).keys() {
             self.shared.metrics.stream_closed(P::LABEL, t.label());
         }
         self.shared.callbacks.on_stream_closed(&self.info);
