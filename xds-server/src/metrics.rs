@@ -7,9 +7,6 @@ use std::time::Duration;
 
 use crate::status::lock;
 
-/// Labels of a per-type counter: (variant, type label).
-type Key = (&'static str, String);
-
 /// One rendered series: name, kind, help and how to read it.
 type Series = (&'static str, &'static str, &'static str, fn(&PerType) -> f64);
 
@@ -31,14 +28,21 @@ struct PerType {
 /// example binary).
 #[derive(Debug, Default)]
 pub struct Metrics {
-    per_type: Mutex<BTreeMap<Key, PerType>>,
+    /// Variant -> type label -> counters.
+    per_type: Mutex<BTreeMap<&'static str, BTreeMap<String, PerType>>>,
     refused: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Metrics {
     fn with(&self, variant: &'static str, type_label: &str, f: impl FnOnce(&mut PerType)) {
         let mut map = lock(&self.per_type);
-        f(map.entry((variant, type_label.to_owned())).or_default());
+        // Looked up by reference first: the hot path (every request and response) allocates
+        // nothing once a (variant, type) pair has been seen.
+        let per_variant = map.entry(variant).or_default();
+        match per_variant.get_mut(type_label) {
+            Some(m) => f(m),
+            None => f(per_variant.entry(type_label.to_owned()).or_default()),
+        }
     }
 
     pub(crate) fn stream_opened(&self, variant: &'static str, type_label: &str) {
@@ -112,15 +116,20 @@ impl Metrics {
         ];
         for (name, kind, help, get) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((variant, t), m) in map.iter() {
-                let _ = writeln!(out, "{name}{{variant=\"{variant}\",type=\"{t}\"}} {}", get(m));
+            for (variant, types) in map.iter() {
+                for (t, m) in types {
+                    let _ =
+                        writeln!(out, "{name}{{variant=\"{variant}\",type=\"{t}\"}} {}", get(m));
+                }
             }
         }
         let _ = writeln!(
             out,
             "# HELP xds_ack_latency_seconds_count ACKs timed.\n# TYPE xds_ack_latency_seconds_count counter"
         );
-        for ((variant, t), m) in map.iter() {
+        for (variant, t, m) in
+            map.iter().flat_map(|(v, types)| types.iter().map(move |(t, m)| (v, t, m)))
+        {
             let _ = writeln!(
                 out,
                 "xds_ack_latency_seconds_count{{variant=\"{variant}\",type=\"{t}\"}} {}",
