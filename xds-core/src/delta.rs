@@ -50,7 +50,7 @@ impl<R: Resource> DeltaSubStream<R> {
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
             for (name, version) in request.initial_resource_versions {
-                self.tracker.held.insert(name, Held::Declared(version.into()));
+                self.tracker.held.insert(name.into(), Held::Declared(version.into()));
             }
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
@@ -66,7 +66,7 @@ impl<R: Resource> DeltaSubStream<R> {
         for name in request.subscribe {
             // Rule D2: every subscribed name is (re)sent, even one the client may hold, except
             // what a reconnecting client declared it holds (rule D7).
-            let declared = first && self.tracker.held.contains_key(&name);
+            let declared = first && self.tracker.held.contains_key(name.as_str());
             if self.subscription.has_name(&name) && !declared {
                 self.tracker.forced.insert(name);
             }

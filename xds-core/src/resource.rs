@@ -12,6 +12,13 @@ pub trait Resource: Clone {
     /// The resource's version: equal versions mean equal content (rules D4, S16).
     fn version(&self) -> &str;
 
+    /// The name as a shared string. The core keys what each client holds by name; a handle that
+    /// already owns its name behind an `Arc` (as the caches' do) lets every stream share it
+    /// instead of copying it per client.
+    fn shared_name(&self) -> std::sync::Arc<str> {
+        std::sync::Arc::from(self.name())
+    }
+
     /// How long a client may keep the resource without hearing of it again (`Resource.ttl`).
     /// A sub-stream holding such resources owes the client a heartbeat before that time runs out
     /// (see `poll_heartbeat`).

@@ -77,7 +77,7 @@ impl<R: Resource> SotwSubStream<R> {
         }
         let first = kind == RequestKind::Initial;
         let change = self.subscription.apply_sotw(
-            &request.resource_names,
+            request.resource_names,
             first,
             self.traits.wildcard_capable,
         );
@@ -171,7 +171,7 @@ impl<R: Resource> SotwSubStream<R> {
             return false;
         }
         view.for_each(&mut |r| {
-            self.tracker.held.insert(r.name().to_owned(), Held::Sent(r.clone()));
+            self.tracker.held.insert(r.shared_name(), Held::Sent(r.clone()));
         });
         self.tracker.forced.clear();
         self.tracker.synced = Some(view.revision());
@@ -184,7 +184,7 @@ impl<R: Resource> SotwSubStream<R> {
         let mut all = BTreeMap::new();
         // Removals put off (rule O1) stay in the full state, as the client last got them.
         for name in &self.tracker.deferred {
-            if let Some(Held::Sent(r)) = self.tracker.held.get(name) {
+            if let Some(Held::Sent(r)) = self.tracker.held.get(name.as_str()) {
                 all.insert(name.clone(), r.clone());
             }
         }
@@ -200,8 +200,8 @@ impl<R: Resource> SotwSubStream<R> {
                 all.insert(name.clone(), r);
             }
         }
-        for (name, r) in &all {
-            self.tracker.held.insert(name.clone(), Held::Sent(r.clone()));
+        for r in all.values() {
+            self.tracker.held.insert(r.shared_name(), Held::Sent(r.clone()));
         }
         all.into_values().collect()
     }

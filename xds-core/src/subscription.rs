@@ -69,25 +69,37 @@ impl Subscription {
     }
 
     /// Replaces the subscription with a SotW request's full set (rules S8, S9, S10).
+    ///
+    /// SotW clients repeat the whole set with every ACK (10,000 names for the endpoints of a
+    /// large mesh): an unchanged set is recognised without copying or rebuilding anything, and a
+    /// changed one takes the request's strings without copying them.
     pub(crate) fn apply_sotw(
         &mut self,
-        names: &[String],
+        names: Vec<String>,
         first: bool,
         wildcard_capable: bool,
     ) -> Change {
-        let before = self.clone();
-        let explicit = wildcard_capable && names.iter().any(|n| n == WILDCARD);
-        self.wildcard = if !wildcard_capable {
+        let stars =
+            if wildcard_capable { names.iter().filter(|n| *n == WILDCARD).count() } else { 0 };
+        let wildcard = if !wildcard_capable {
             Wildcard::None
-        } else if explicit {
+        } else if stars > 0 {
             Wildcard::Explicit
         } else if names.is_empty() && (first || self.wildcard == Wildcard::Legacy) {
             Wildcard::Legacy
         } else {
             Wildcard::None
         };
-        self.names =
-            names.iter().filter(|n| !(wildcard_capable && *n == WILDCARD)).cloned().collect();
+        // The same set again (duplicates take the slow path, which is equally correct).
+        let unchanged = wildcard == self.wildcard
+            && names.len() - stars == self.names.len()
+            && names.iter().all(|n| (stars > 0 && n == WILDCARD) || self.names.contains(n));
+        if unchanged {
+            return Change::default();
+        }
+        let before = self.clone();
+        self.wildcard = wildcard;
+        self.names = names.into_iter().filter(|n| !(wildcard_capable && n == WILDCARD)).collect();
         self.change_from(&before)
     }
 
@@ -149,11 +161,11 @@ mod tests {
     #[test]
     fn s10_legacy_wildcard_survives_empty_requests_and_ends_on_names() {
         let mut s = Subscription::default();
-        s.apply_sotw(&[], true, true);
+        s.apply_sotw(vec![], true, true);
         assert_eq!(s.wildcard(), Wildcard::Legacy);
-        s.apply_sotw(&[], false, true);
+        s.apply_sotw(vec![], false, true);
         assert_eq!(s.wildcard(), Wildcard::Legacy);
-        let change = s.apply_sotw(&names(&["a"]), false, true);
+        let change = s.apply_sotw(names(&["a"]), false, true);
         assert_eq!(s.wildcard(), Wildcard::None);
         assert_eq!(change.removed, names(&["*"]));
         assert_eq!(change.added, names(&["a"]));
@@ -162,23 +174,39 @@ mod tests {
     #[test]
     fn s10_explicit_wildcard_combines_with_names_and_can_be_removed() {
         let mut s = Subscription::default();
-        s.apply_sotw(&names(&["*", "a"]), true, true);
+        s.apply_sotw(names(&["*", "a"]), true, true);
         assert_eq!(s.wildcard(), Wildcard::Explicit);
         assert!(s.has_name("a") && !s.has_name("*"));
-        s.apply_sotw(&names(&["a"]), false, true);
+        s.apply_sotw(names(&["a"]), false, true);
         assert_eq!(s.wildcard(), Wildcard::None);
         // An empty list after explicit names means no interest, not a wildcard (rule S9).
-        s.apply_sotw(&[], false, true);
+        s.apply_sotw(vec![], false, true);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn s08_the_same_full_set_again_is_no_change() {
+        let mut s = Subscription::default();
+        s.apply_sotw(names(&["b", "a"]), true, false);
+        let again = s.apply_sotw(names(&["a", "b"]), false, false);
+        assert!(again.added.is_empty() && again.removed.is_empty());
+        // Duplicates and a real change still take effect.
+        let dup = s.apply_sotw(names(&["a", "a", "c"]), false, false);
+        assert_eq!((dup.added, dup.removed), (names(&["c"]), names(&["b"])));
+        let mut w = Subscription::default();
+        w.apply_sotw(names(&["*", "x"]), true, true);
+        assert!(w.apply_sotw(names(&["x", "*"]), false, true).added.is_empty());
+        let left = w.apply_sotw(names(&["x"]), false, true);
+        assert_eq!(left.removed, names(&["*"]));
     }
 
     #[test]
     fn s09_empty_set_on_a_non_wildcard_type_is_no_interest() {
         let mut s = Subscription::default();
-        s.apply_sotw(&[], true, false);
+        s.apply_sotw(vec![], true, false);
         assert!(s.is_empty());
         // `*` is an ordinary name for a type that has no wildcard.
-        s.apply_sotw(&names(&["*"]), false, false);
+        s.apply_sotw(names(&["*"]), false, false);
         assert!(s.has_name("*") && !s.is_wildcard());
     }
 

@@ -1,6 +1,7 @@
 //! What a client holds, and the comparison of that with a view: the part SotW and delta share.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
@@ -40,7 +41,9 @@ pub(crate) enum Removals {
 #[derive(Clone, Debug)]
 pub(crate) struct Tracker<R> {
     /// Per subscribed name (or alias, or wildcard-delivered name): what the client holds.
-    pub(crate) held: BTreeMap<String, Held<R>>,
+    /// Keys are shared with the resources' own names where they match (see
+    /// [`Resource::shared_name`]): tens of thousands of names per client cost pointers, not copies.
+    pub(crate) held: BTreeMap<Arc<str>, Held<R>>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
     pub(crate) forced: BTreeSet<String>,
     /// Removals put off by [`Removals::Defer`], to look at again.
@@ -117,7 +120,7 @@ impl<R: Resource> Tracker<R> {
 
     /// What the client holds, by subscribed name: `Some(version)`, or `None` when told absent.
     pub(crate) fn held_versions(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.held.iter().map(|(name, held)| (name.as_str(), held.version()))
+        self.held.iter().map(|(name, held)| (&**name, held.version()))
     }
 
     /// Forgets held state for a name that left the subscription (the client drops it itself),
@@ -187,7 +190,7 @@ impl<R: Resource> Tracker<R> {
                 });
             }
             names.extend(sub.names().iter().cloned());
-            names.extend(self.held.keys().cloned());
+            names.extend(self.held.keys().map(|n| n.to_string()));
         } else if traits.aliases {
             // An alias resolves through the content of other resources: look at every alias
             // subscription again (VHDS subscriptions are small).
@@ -220,7 +223,8 @@ impl<R: Resource> Tracker<R> {
             Some((resource, via_alias)) if interested => {
                 let held = self.held.get(name).and_then(Held::version);
                 if forced || held != Some(resource.version()) {
-                    self.held.insert(name.to_owned(), Held::Sent(resource.clone()));
+                    let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
+                    self.held.insert(key, Held::Sent(resource.clone()));
                     let entry = diff
                         .send
                         .entry(resource.name().to_owned())
@@ -241,14 +245,14 @@ impl<R: Resource> Tracker<R> {
                 Some(Held::Sent(_) | Held::Declared(_)) => {
                     diff.removed.push(name.to_owned());
                     if explicit {
-                        self.held.insert(name.to_owned(), Held::Absent);
+                        self.held.insert(Arc::from(name), Held::Absent);
                     } else {
                         self.held.remove(name);
                     }
                 }
                 Some(Held::Absent) if !forced => {}
                 _ if explicit => {
-                    self.held.insert(name.to_owned(), Held::Absent);
+                    self.held.insert(Arc::from(name), Held::Absent);
                     diff.absent.push((name.to_owned(), traits.aliases));
                 }
                 _ => {}

@@ -213,6 +213,10 @@ impl xds_core::Resource for EncodedResource {
     fn ttl(&self) -> Option<Duration> {
         self.0.ttl
     }
+
+    fn shared_name(&self) -> Arc<str> {
+        self.0.name.clone()
+    }
 }
 
 /// The name of an encoded built-in resource (`None` for an LEDS `LbEndpoint`, which has none).
