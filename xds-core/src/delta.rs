@@ -50,7 +50,7 @@ impl<R: Resource> DeltaSubStream<R> {
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
             for (name, version) in request.initial_resource_versions {
-                self.tracker.held.insert(name.into(), Held::Declared(version.into()));
+                self.tracker.hold(name.into(), Held::Declared(version.into()));
             }
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.

@@ -171,7 +171,7 @@ impl<R: Resource> SotwSubStream<R> {
             return false;
         }
         view.for_each(&mut |r| {
-            self.tracker.held.insert(r.shared_name(), Held::Sent(r.clone()));
+            self.tracker.hold(r.shared_name(), Held::Sent(r.clone()));
         });
         self.tracker.forced.clear();
         self.tracker.synced = Some(view.revision());
@@ -201,7 +201,7 @@ impl<R: Resource> SotwSubStream<R> {
             }
         }
         for r in all.values() {
-            self.tracker.held.insert(r.shared_name(), Held::Sent(r.clone()));
+            self.tracker.hold(r.shared_name(), Held::Sent(r.clone()));
         }
         all.into_values().collect()
     }

@@ -33,6 +33,21 @@ pub enum Wildcard {
 pub struct Subscription {
     wildcard: Wildcard,
     names: BTreeSet<String>,
+    /// The wrapping sum of a 128-bit hash of each name: recognises a SotW request that repeats
+    /// the set (as every ACK does) in one pass over its bytes, without a lookup per name.
+    digest: u128,
+}
+
+/// A 128-bit hash of a name (two keyed SipHashes; stable within the process, which is all the
+/// digest needs).
+fn name_hash(name: &str) -> u128 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let h = |salt: u8| BuildHasherDefault::<DefaultHasher>::default().hash_one((salt, name));
+    (u128::from(h(0)) << 64) | u128::from(h(1))
+}
+
+fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
+    names.fold(0u128, |acc, n| acc.wrapping_add(name_hash(n)))
 }
 
 /// The names a subscription change added and removed (`*` stands for the wildcard).
@@ -90,16 +105,18 @@ impl Subscription {
         } else {
             Wildcard::None
         };
-        // The same set again (duplicates take the slow path, which is equally correct).
+        // The same set again (a list with duplicates has another length or digest and takes
+        // the slow path, which is equally correct).
         let unchanged = wildcard == self.wildcard
             && names.len() - stars == self.names.len()
-            && names.iter().all(|n| (stars > 0 && n == WILDCARD) || self.names.contains(n));
+            && digest(names.iter().filter(|n| !(stars > 0 && *n == WILDCARD))) == self.digest;
         if unchanged {
             return Change::default();
         }
         let before = self.clone();
         self.wildcard = wildcard;
         self.names = names.into_iter().filter(|n| !(wildcard_capable && n == WILDCARD)).collect();
+        self.digest = digest(self.names.iter());
         self.change_from(&before)
     }
 
@@ -111,15 +128,19 @@ impl Subscription {
         first: bool,
         wildcard_capable: bool,
     ) -> Change {
-        let before = self.clone();
+        // Worked out name by name: an ACK (no lists) or a one-name change costs nothing like
+        // the size of the subscription.
+        let was_wildcard = self.is_wildcard();
+        let mut change = Change::default();
         if wildcard_capable && first && subscribe.is_empty() {
             self.wildcard = Wildcard::Legacy;
         }
         for name in subscribe {
             if wildcard_capable && name == WILDCARD {
                 self.wildcard = Wildcard::Explicit;
-            } else {
-                self.names.insert(name.clone());
+            } else if self.names.insert(name.clone()) {
+                self.digest = self.digest.wrapping_add(name_hash(name));
+                change.added.push(name.clone());
             }
         }
         // Legacy wildcard ends once the client names resources without `*` (rule S10).
@@ -129,11 +150,23 @@ impl Subscription {
         for name in unsubscribe {
             if wildcard_capable && name == WILDCARD {
                 self.wildcard = Wildcard::None;
-            } else {
-                self.names.remove(name);
+            } else if self.names.remove(name) {
+                self.digest = self.digest.wrapping_sub(name_hash(name));
+                // Subscribed and unsubscribed in one request: no change at all.
+                match change.added.iter().position(|n| n == name) {
+                    Some(i) => drop(change.added.swap_remove(i)),
+                    None => change.removed.push(name.clone()),
+                }
             }
         }
-        self.change_from(&before)
+        change.added.sort();
+        change.removed.sort();
+        match (was_wildcard, self.is_wildcard()) {
+            (false, true) => change.added.insert(0, WILDCARD.to_owned()),
+            (true, false) => change.removed.insert(0, WILDCARD.to_owned()),
+            _ => {}
+        }
+        change
     }
 
     fn change_from(&self, before: &Subscription) -> Change {

@@ -44,6 +44,9 @@ pub(crate) struct Tracker<R> {
     /// Keys are shared with the resources' own names where they match (see
     /// [`Resource::shared_name`]): tens of thousands of names per client cost pointers, not copies.
     pub(crate) held: BTreeMap<Arc<str>, Held<R>>,
+    /// The held resources that have a TTL, with it: usually few or none, so heartbeat checks
+    /// (on every wake of the stream) never walk everything held. Kept by `hold`/`unhold`.
+    ttls: BTreeMap<Arc<str>, std::time::Duration>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
     pub(crate) forced: BTreeSet<String>,
     /// Removals put off by [`Removals::Defer`], to look at again.
@@ -56,6 +59,7 @@ impl<R> Default for Tracker<R> {
     fn default() -> Self {
         Tracker {
             held: BTreeMap::new(),
+            ttls: BTreeMap::new(),
             forced: BTreeSet::new(),
             deferred: BTreeSet::new(),
             synced: None,
@@ -82,13 +86,30 @@ impl<R> Diff<R> {
 }
 
 impl<R: Resource> Tracker<R> {
+    /// Records what the client holds under `key`.
+    pub(crate) fn hold(&mut self, key: Arc<str>, held: Held<R>) {
+        match &held {
+            Held::Sent(r) if r.ttl().is_some() => {
+                self.ttls.insert(key.clone(), r.ttl().unwrap_or_default());
+            }
+            _ => {
+                self.ttls.remove(&key);
+            }
+        }
+        self.held.insert(key, held);
+    }
+
+    /// Forgets what the client holds under `key`.
+    fn unhold(&mut self, key: &str) {
+        self.held.remove(key);
+        self.ttls.remove(key);
+    }
+
     /// The resources the client holds that have a TTL, by name.
     pub(crate) fn held_with_ttl(&self) -> Vec<R> {
         let mut out = BTreeMap::new();
-        for held in self.held.values() {
-            if let Held::Sent(r) = held
-                && r.ttl().is_some()
-            {
+        for key in self.ttls.keys() {
+            if let Some(Held::Sent(r)) = self.held.get(key) {
                 out.entry(r.name().to_owned()).or_insert_with(|| r.clone());
             }
         }
@@ -97,13 +118,7 @@ impl<R: Resource> Tracker<R> {
 
     /// The shortest TTL among the resources the client holds.
     pub(crate) fn min_ttl(&self) -> Option<std::time::Duration> {
-        self.held
-            .values()
-            .filter_map(|h| match h {
-                Held::Sent(r) => r.ttl(),
-                _ => None,
-            })
-            .min()
+        self.ttls.values().min().copied()
     }
 
     /// Forgets what the client held under names (and the wildcard, `*`) that left the
@@ -128,7 +143,7 @@ impl<R: Resource> Tracker<R> {
     fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
         self.forced.remove(name);
         if !sub.is_wildcard() {
-            self.held.remove(name);
+            self.unhold(name);
             self.deferred.remove(name);
         }
     }
@@ -136,6 +151,7 @@ impl<R: Resource> Tracker<R> {
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
     fn wildcard_left(&mut self, sub: &Subscription) {
         self.held.retain(|name, _| sub.has_name(name));
+        self.ttls.retain(|name, _| sub.has_name(name));
         self.deferred.retain(|name| sub.has_name(name));
     }
 
@@ -224,7 +240,7 @@ impl<R: Resource> Tracker<R> {
                 let held = self.held.get(name).and_then(Held::version);
                 if forced || held != Some(resource.version()) {
                     let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
-                    self.held.insert(key, Held::Sent(resource.clone()));
+                    self.hold(key, Held::Sent(resource.clone()));
                     let entry = diff
                         .send
                         .entry(resource.name().to_owned())
@@ -236,7 +252,7 @@ impl<R: Resource> Tracker<R> {
             }
             Some(_) => {
                 // Exists but is no longer of interest: the client drops it on its own.
-                self.held.remove(name);
+                self.unhold(name);
             }
             None => match self.held.get(name) {
                 Some(Held::Sent(_) | Held::Declared(_)) if removals == Removals::Defer => {
@@ -245,14 +261,14 @@ impl<R: Resource> Tracker<R> {
                 Some(Held::Sent(_) | Held::Declared(_)) => {
                     diff.removed.push(name.to_owned());
                     if explicit {
-                        self.held.insert(Arc::from(name), Held::Absent);
+                        self.hold(Arc::from(name), Held::Absent);
                     } else {
-                        self.held.remove(name);
+                        self.unhold(name);
                     }
                 }
                 Some(Held::Absent) if !forced => {}
                 _ if explicit => {
-                    self.held.insert(Arc::from(name), Held::Absent);
+                    self.hold(Arc::from(name), Held::Absent);
                     diff.absent.push((name.to_owned(), traits.aliases));
                 }
                 _ => {}
