@@ -9,6 +9,9 @@ echo "== cargo test (workspace, benches as smoke tests)"
 cargo test --workspace
 cargo test --workspace --benches
 
+echo "== benchmark tools smoke run: xds-bench-server + xds-load (a few clients, a few updates)"
+bash examples/bench-smoke.sh
+
 echo "== interop: Python grpcio xDS client through xds-file-server"
 # `cargo test` built the binaries already (the examples package has integration tests); building
 # them again with `-p examples` would resolve other features and rebuild every dependency.

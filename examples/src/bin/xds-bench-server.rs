@@ -162,6 +162,12 @@ struct UpdateQuery {
     i: u32,
 }
 
+/// The query of `/status`: one node, or every stream.
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    node: Option<String>,
+}
+
 /// Moves cluster `i`'s endpoints to a new port; answers the port once the cache has it.
 async fn update(
     State(bench): State<Arc<Bench>>,
@@ -218,6 +224,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = XdsServer::builder(mux).config(ServerConfig::default()).build();
 
     let metrics = server.clone();
+    let status = server.clone();
     let http =
         server
             .rest_router()
@@ -229,6 +236,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     async move {
                         ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
                     }
+                }),
+            )
+            .route(
+                "/status",
+                get(move |Query(q): Query<StatusQuery>| {
+                    let body = match q.node {
+                        Some(node) => serde_json::to_value(status.status().node(&node)),
+                        None => Ok(status.status().to_json()),
+                    };
+                    async move { axum::Json(body.unwrap_or_default()) }
                 }),
             )
             .route("/bench/update", get(update).with_state(bench));
@@ -250,7 +267,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!(
         "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route; gRPC {}, HTTP {} \
-         (/bench/update?i=K, /healthz, /metrics); open-file limit {fd_limit}",
+         (/bench/update?i=K, /healthz, /metrics, /status?node=ID); open-file limit {fd_limit}",
         std::process::id(),
         args.clusters,
         args.endpoints,

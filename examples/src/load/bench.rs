@@ -1,0 +1,381 @@
+//! A load-generator run: the connection storm, the updates, the report.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::client::{self, Mode};
+use super::sys::{self, ProcSample, percentile};
+use super::track::{Subset, Tracker};
+use super::trigger::Trigger;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The server's gRPC URI.
+    pub server: String,
+    /// SotW or delta.
+    pub mode: Mode,
+    /// How many clients.
+    pub clients: usize,
+    /// How many clusters' endpoints each client subscribes to (0: all).
+    pub eds_per_client: usize,
+    /// Where updates are triggered (`{k}`: the cluster index); `None`: no updates.
+    pub trigger: Option<Trigger>,
+    /// How many updates.
+    pub updates: usize,
+    /// At least this long between two triggers.
+    pub interval: Duration,
+    /// How long an update may take to reach every client.
+    pub timeout: Duration,
+    /// How long the initial configuration may take to reach every client.
+    pub storm_timeout: Duration,
+    /// How long to wait after the storm before the first update.
+    pub settle: Duration,
+    /// Connections opened at once (0: all at once).
+    pub connect_concurrency: usize,
+    /// HTTP/2 receive windows of each client.
+    pub window: u32,
+    /// The server's pid, to sample its CPU time and memory.
+    pub server_pid: Option<u32>,
+}
+
+/// The outcome of one update.
+#[derive(Debug, Clone)]
+struct Outcome {
+    cluster: u32,
+    port: Option<u32>,
+    expected: usize,
+    /// Sorted latencies of the clients that converged, in microseconds.
+    latencies: Vec<u32>,
+    /// Why it failed, if it did.
+    error: Option<String>,
+}
+
+impl Outcome {
+    fn passed(&self) -> bool {
+        self.error.is_none() && self.latencies.len() == self.expected
+    }
+}
+
+/// An update on its way to the clients.
+struct InFlight {
+    u: usize,
+    t0: Instant,
+    expected: Vec<usize>,
+    port: Option<u32>,
+}
+
+fn ms(us: u32) -> String {
+    format!("{:.1}ms", f64::from(us) / 1000.0)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn sample_server(pid: Option<u32>) -> Option<ProcSample> {
+    sys::sample(&pid?.to_string()).ok()
+}
+
+/// Runs the load and prints the report; returns whether everything converged.
+pub async fn run(o: Options) -> bool {
+    let idle = sample_server(o.server_pid);
+    let me0 = sys::sample("self").unwrap_or_default();
+    let tracker = Arc::new(Tracker::new(o.clients));
+    let config = Arc::new(client::Config {
+        server: o.server.clone(),
+        mode: o.mode,
+        eds_per_client: o.eds_per_client,
+        connect_timeout: o.storm_timeout,
+        window: o.window,
+        names: client::NameCache::default(),
+        connect_permits: (o.connect_concurrency > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(o.connect_concurrency))),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let storm_start = Instant::now();
+    let handles: Vec<_> = (0..o.clients)
+        .map(|id| tokio::spawn(client::run(config.clone(), id, tracker.clone(), stopped.clone())))
+        .collect();
+
+    // The connection storm: until every client holds every cluster and its endpoints.
+    let mut last_progress = Instant::now();
+    let storm_ok = loop {
+        let (ready, (failed, _)) = (tracker.ready(), tracker.failures());
+        if ready == o.clients {
+            break true;
+        }
+        if ready + failed >= o.clients || storm_start.elapsed() > o.storm_timeout {
+            break false;
+        }
+        if last_progress.elapsed() > Duration::from_secs(5) {
+            eprintln!(
+                "  storm: {ready}/{} clients ready after {:?}",
+                o.clients,
+                storm_start.elapsed()
+            );
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let storm_traffic = tracker.traffic();
+    let mut ready_times: Vec<u32> =
+        tracker.ready_times().into_iter().map(|t| u32::try_from(t).unwrap_or(u32::MAX)).collect();
+    ready_times.sort_unstable();
+    tokio::time::sleep(o.settle).await;
+    let after_storm = sample_server(o.server_pid);
+    let me1 = sys::sample("self").unwrap_or_default();
+    let clusters = tracker.clusters();
+
+    let mut outcomes = Vec::new();
+    if storm_ok
+        && o.updates > 0
+        && let Some(trigger) = &o.trigger
+    {
+        outcomes = updates(&o, trigger, &tracker, clusters).await;
+    }
+    let after_updates = sample_server(o.server_pid);
+    let me2 = sys::sample("self").unwrap_or_default();
+    let total_traffic = tracker.traffic();
+
+    let _ = stop.send(true);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for h in handles {
+        let abort = h.abort_handle();
+        if tokio::time::timeout_at(deadline, h).await.is_err() {
+            abort.abort();
+        }
+    }
+
+    // The report.
+    let mut out = String::new();
+    let mode = match o.mode {
+        Mode::Sotw => "SotW",
+        Mode::Delta => "delta",
+    };
+    let eds = match o.eds_per_client {
+        0 => "all".to_owned(),
+        k => k.to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "xds-load: {} {mode} ADS clients of {}, {clusters} clusters, EDS per client: {eds}",
+        o.clients, o.server
+    );
+    let storm_s = ready_times.last().map_or(0.0, |&t| f64::from(t) / 1e6);
+    let _ = writeln!(
+        out,
+        "storm: {}/{} clients hold the initial config after {storm_s:.2} s (p50 {:.2} s, p99 {:.2} s); {} messages, {} received",
+        ready_times.len(),
+        o.clients,
+        f64::from(percentile(&ready_times, 50.0)) / 1e6,
+        f64::from(percentile(&ready_times, 99.0)) / 1e6,
+        storm_traffic.0,
+        mib(storm_traffic.1 / 1024),
+    );
+    let (failed_clients, errors) = tracker.failures();
+    if failed_clients > 0 {
+        let _ = writeln!(out, "FAILED clients: {failed_clients}");
+    }
+    for e in &errors {
+        let _ = writeln!(out, "  {e}");
+    }
+    if !storm_ok && failed_clients == 0 {
+        let _ = writeln!(
+            out,
+            "FAILED: {} clients did not get the initial config within {:?}",
+            o.clients - ready_times.len(),
+            o.storm_timeout
+        );
+    }
+
+    let mut all = Vec::new();
+    if !outcomes.is_empty() {
+        let _ = writeln!(
+            out,
+            "updates: {} (at least {:?} apart), convergence = trigger sent -> client holds the new port",
+            outcomes.len(),
+            o.interval
+        );
+        let _ = writeln!(
+            out,
+            "  {:>4} {:>7} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9}",
+            "#", "cluster", "port", "converged", "p50", "p90", "p99", "max"
+        );
+        for (u, r) in outcomes.iter().enumerate() {
+            let l = &r.latencies;
+            let _ = writeln!(
+                out,
+                "  {u:>4} {:>7} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9}{}",
+                r.cluster,
+                r.port.map_or("-".to_owned(), |p| p.to_string()),
+                format!("{}/{}", l.len(), r.expected),
+                ms(percentile(l, 50.0)),
+                ms(percentile(l, 90.0)),
+                ms(percentile(l, 99.0)),
+                ms(l.last().copied().unwrap_or(0)),
+                r.error.as_ref().map(|e| format!("  FAILED: {e}")).unwrap_or_default(),
+            );
+            all.extend_from_slice(l);
+        }
+        all.sort_unstable();
+        let _ = writeln!(
+            out,
+            "all updates ({} client receipts): p50 {} p90 {} p99 {} max {}",
+            all.len(),
+            ms(percentile(&all, 50.0)),
+            ms(percentile(&all, 90.0)),
+            ms(percentile(&all, 99.0)),
+            ms(all.last().copied().unwrap_or(0)),
+        );
+        if let Some((u, worst)) =
+            outcomes.iter().enumerate().max_by_key(|(_, r)| percentile(&r.latencies, 99.0))
+        {
+            let _ = writeln!(
+                out,
+                "worst update: #{u} p50 {} p99 {} max {}",
+                ms(percentile(&worst.latencies, 50.0)),
+                ms(percentile(&worst.latencies, 99.0)),
+                ms(worst.latencies.last().copied().unwrap_or(0)),
+            );
+        }
+        let (m, b) = (total_traffic.0 - storm_traffic.0, total_traffic.1 - storm_traffic.1);
+        let _ = writeln!(
+            out,
+            "update traffic: {m} messages, {} received ({} bytes per client per update)",
+            mib(b / 1024),
+            b / (o.clients.max(1) * outcomes.len()) as u64,
+        );
+    }
+    if let (Some(idle), Some(s1), Some(s2)) = (idle, after_storm, after_updates) {
+        let per_client = s1.rss_kib.saturating_sub(idle.rss_kib) as f64 / o.clients.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "server: RSS idle {}, with clients {} ({per_client:.1} KiB per client), after updates {}",
+            mib(idle.rss_kib),
+            mib(s1.rss_kib),
+            mib(s2.rss_kib),
+        );
+        let cpu_updates = s2.cpu_s - s1.cpu_s;
+        let _ = writeln!(
+            out,
+            "server CPU: storm {:.2} s, updates {:.2} s ({:.1} ms per update)",
+            s1.cpu_s - idle.cpu_s,
+            cpu_updates,
+            cpu_updates * 1000.0 / outcomes.len().max(1) as f64,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "xds-load itself: CPU storm {:.2} s, updates {:.2} s; RSS {}",
+        me1.cpu_s - me0.cpu_s,
+        me2.cpu_s - me1.cpu_s,
+        mib(me2.rss_kib)
+    );
+    let passed = outcomes.iter().filter(|r| r.passed()).count();
+    let failed = outcomes.len() - passed + usize::from(!storm_ok) * o.updates;
+    let _ = writeln!(out, "{passed} passed, {failed} failed");
+    print!("{out}");
+    storm_ok && failed == 0 && failed_clients == 0
+}
+
+/// Triggers the updates, one cluster each, and waits (bounded) until each reached every client
+/// that subscribes to its cluster.
+async fn updates(
+    o: &Options,
+    trigger: &Trigger,
+    tracker: &Tracker,
+    clusters: usize,
+) -> Vec<Outcome> {
+    // The clusters some client subscribes to: all, or the blocks the clients cover.
+    let covered = match o.eds_per_client {
+        0 => clusters,
+        k => clusters.min(k.saturating_mul(o.clients)),
+    }
+    .max(1);
+    let plan: Vec<u32> = (0..o.updates).map(|u| (u % covered) as u32).collect();
+    tracker.plan(clusters, &plan);
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; o.updates];
+    let mut in_flight: Vec<InFlight> = Vec::new();
+    let mut last_trigger: Option<Instant> = None;
+    let tick = Duration::from_millis(1);
+    for (u, &k) in plan.iter().enumerate() {
+        // At least `interval` after the previous trigger, and never two updates of one cluster
+        // at once (each wait ends: updates in flight time out).
+        loop {
+            finish(o, tracker, &mut in_flight, &mut outcomes);
+            let due = last_trigger.is_none_or(|t| t.elapsed() >= o.interval);
+            if due && !tracker.cluster_busy(k) {
+                break;
+            }
+            tokio::time::sleep(tick).await;
+        }
+        let expected: Vec<usize> = (0..o.clients)
+            .filter(|&c| Subset::of(c, o.eds_per_client, clusters).contains(k))
+            .collect();
+        tracker.begin(u);
+        let t0 = Instant::now();
+        last_trigger = Some(t0);
+        match trigger.fire(k, o.timeout).await {
+            Ok(port) => {
+                tracker.set_port(u, port);
+                in_flight.push(InFlight { u, t0, expected, port: Some(port) });
+            }
+            Err(e) => {
+                tracker.end(u);
+                outcomes[u] = Some(Outcome {
+                    cluster: k,
+                    port: None,
+                    expected: expected.len(),
+                    latencies: Vec::new(),
+                    error: Some(e),
+                });
+            }
+        }
+    }
+    while !in_flight.is_empty() {
+        finish(o, tracker, &mut in_flight, &mut outcomes);
+        tokio::time::sleep(tick).await;
+    }
+    outcomes.into_iter().flatten().collect()
+}
+
+/// Ends the updates in flight that converged or timed out.
+fn finish(
+    o: &Options,
+    tracker: &Tracker,
+    in_flight: &mut Vec<InFlight>,
+    out: &mut [Option<Outcome>],
+) {
+    in_flight.retain(|f| {
+        let Some(up) = tracker.update(f.u) else { return false };
+        let converged = up.converged() >= f.expected.len();
+        let timed_out = f.t0.elapsed() > o.timeout;
+        if !converged && !timed_out {
+            return true;
+        }
+        tracker.end(f.u);
+        let (mut latencies, missing) = up.latencies(f.expected.iter().copied());
+        latencies.sort_unstable();
+        let error = (!missing.is_empty()).then(|| {
+            let some: Vec<String> = missing.iter().take(5).map(|c| format!("load-{c}")).collect();
+            format!(
+                "{} clients did not get the new content within {:?} (e.g. {})",
+                missing.len(),
+                o.timeout,
+                some.join(", ")
+            )
+        });
+        out[f.u] = Some(Outcome {
+            cluster: up.cluster,
+            port: f.port,
+            expected: f.expected.len(),
+            latencies,
+            error,
+        });
+        false
+    });
+}

@@ -1,0 +1,334 @@
+//! What the clients report and the coordinator measures: when each client first held the whole
+//! configuration, and when each client held the new content of each updated resource.
+//!
+//! Clients write lock-free into per-client slots; the coordinator reads them. An update's expected
+//! port is only known once the trigger answers, and a client may receive the new content before
+//! that: each slot records the port and time the client got, and whichever side sees the match
+//! second (client or coordinator) counts it, exactly once (compare-and-swap on the slot).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+/// The clusters a client subscribes endpoints of: `count` cluster indices from `start`,
+/// wrapping at the number of clusters (indices are `0..clusters`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Subset {
+    /// The first index.
+    pub start: u32,
+    /// How many.
+    pub count: u32,
+    /// The number of clusters.
+    pub clusters: u32,
+}
+
+impl Subset {
+    /// Client `client`'s subset of `clusters` when each client takes `per_client` of them
+    /// (0: all): consecutive blocks, so that the clients together cover as many as possible.
+    pub fn of(client: usize, per_client: usize, clusters: usize) -> Self {
+        let c = u32::try_from(clusters).unwrap_or(u32::MAX);
+        if per_client == 0 || per_client >= clusters {
+            return Subset { start: 0, count: c, clusters: c };
+        }
+        let start = (client as u64 * per_client as u64 % clusters as u64) as u32;
+        Subset { start, count: per_client as u32, clusters: c }
+    }
+
+    /// Whether cluster `index` is in the subset.
+    pub fn contains(&self, index: u32) -> bool {
+        index < self.clusters
+            && (u64::from(index) + u64::from(self.clusters) - u64::from(self.start))
+                % u64::from(self.clusters)
+                < u64::from(self.count)
+    }
+
+    /// The indices, in subscription order.
+    pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.count).map(|j| {
+            ((u64::from(self.start) + u64::from(j)) % u64::from(self.clusters.max(1))) as u32
+        })
+    }
+}
+
+/// Set in a slot once the client's content was counted as converged.
+const COUNTED: u64 = 1 << 31;
+/// The largest latency a slot stores, in microseconds (~35 minutes).
+const MAX_MICROS: u64 = COUNTED - 1;
+
+/// One update: cluster `cluster` gets new content (the port the trigger answers).
+#[derive(Debug)]
+pub struct Update {
+    /// The cluster index.
+    pub cluster: u32,
+    /// When the trigger was sent, in microseconds since the tracker's start.
+    t0: AtomicU64,
+    /// The port the trigger answered (0 until then).
+    port: AtomicU32,
+    /// Clients counted as holding the new content.
+    converged: AtomicUsize,
+    /// Per client: `port << 32 | COUNTED? | micros after t0` of the content it got, 0 for none.
+    seen: Box<[AtomicU64]>,
+}
+
+impl Update {
+    fn try_count(&self, client: usize) {
+        let target = u64::from(self.port.load(SeqCst));
+        if target == 0 {
+            return;
+        }
+        let slot = &self.seen[client];
+        let mut old = slot.load(SeqCst);
+        while old & COUNTED == 0 && old >> 32 == target {
+            match slot.compare_exchange(old, old | COUNTED, SeqCst, SeqCst) {
+                Ok(_) => {
+                    self.converged.fetch_add(1, SeqCst);
+                    return;
+                }
+                Err(now) => old = now,
+            }
+        }
+    }
+
+    /// The number of clients counted as converged.
+    pub fn converged(&self) -> usize {
+        self.converged.load(SeqCst)
+    }
+
+    /// The latency of each converged client, in microseconds, and the clients that did not
+    /// converge among `expected`.
+    pub fn latencies(&self, expected: impl Iterator<Item = usize>) -> (Vec<u32>, Vec<usize>) {
+        let (mut done, mut missing) = (Vec::new(), Vec::new());
+        for c in expected {
+            let w = self.seen[c].load(SeqCst);
+            if w & COUNTED != 0 {
+                done.push((w & MAX_MICROS) as u32);
+            } else {
+                missing.push(c);
+            }
+        }
+        (done, missing)
+    }
+}
+
+/// The updates of a run and which cluster each one is in flight for.
+#[derive(Debug)]
+struct Updates {
+    /// Per cluster index: the number (+1) of the update in flight for it, 0 for none.
+    active: Box<[AtomicU32]>,
+    list: Box<[Update]>,
+}
+
+/// Shared by the clients and the coordinator.
+#[derive(Debug)]
+pub struct Tracker {
+    start: Instant,
+    clients: usize,
+    ready: AtomicUsize,
+    /// Per client: microseconds from the start until it held everything, +1; 0 for not yet.
+    ready_at: Box<[AtomicU64]>,
+    clusters: AtomicUsize,
+    failed: AtomicUsize,
+    errors: Mutex<Vec<String>>,
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    updates: OnceLock<Updates>,
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Tracker {
+    /// A tracker for `clients` clients, its clock starting now.
+    pub fn new(clients: usize) -> Self {
+        Tracker {
+            start: Instant::now(),
+            clients,
+            ready: AtomicUsize::new(0),
+            ready_at: (0..clients).map(|_| AtomicU64::new(0)).collect(),
+            clusters: AtomicUsize::new(0),
+            failed: AtomicUsize::new(0),
+            errors: Mutex::new(Vec::new()),
+            messages: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            updates: OnceLock::new(),
+        }
+    }
+
+    /// Microseconds since the tracker started.
+    pub fn now_us(&self) -> u64 {
+        micros(self.start.elapsed())
+    }
+
+    /// The number of clients.
+    pub fn clients(&self) -> usize {
+        self.clients
+    }
+
+    /// A client received a message of `len` bytes.
+    pub fn received(&self, len: usize) {
+        self.messages.fetch_add(1, SeqCst);
+        self.bytes.fetch_add(len as u64, SeqCst);
+    }
+
+    /// Messages and bytes received so far, by every client.
+    pub fn traffic(&self) -> (u64, u64) {
+        (self.messages.load(SeqCst), self.bytes.load(SeqCst))
+    }
+
+    /// A client now holds every cluster and every subscribed ClusterLoadAssignment.
+    pub fn client_ready(&self, client: usize, clusters: usize) {
+        self.clusters.fetch_max(clusters, SeqCst);
+        if self.ready_at[client].compare_exchange(0, self.now_us() + 1, SeqCst, SeqCst).is_ok() {
+            self.ready.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// How many clients hold everything.
+    pub fn ready(&self) -> usize {
+        self.ready.load(SeqCst)
+    }
+
+    /// When each ready client got ready, in microseconds since the start.
+    pub fn ready_times(&self) -> Vec<u64> {
+        self.ready_at.iter().map(|t| t.load(SeqCst)).filter(|&t| t > 0).map(|t| t - 1).collect()
+    }
+
+    /// The most clusters a client reported.
+    pub fn clusters(&self) -> usize {
+        self.clusters.load(SeqCst)
+    }
+
+    /// A client's stream failed (it is not reconnected: the run reports it).
+    pub fn client_failed(&self, client: usize, error: String) {
+        self.failed.fetch_add(1, SeqCst);
+        let mut errors = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
+        if errors.len() < 5 {
+            errors.push(format!("client load-{client}: {error}"));
+        }
+    }
+
+    /// The number of failed clients and the first few errors.
+    pub fn failures(&self) -> (usize, Vec<String>) {
+        let errors = self.errors.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        (self.failed.load(SeqCst), errors)
+    }
+
+    /// Prepares the updates: update `u` changes cluster `clusters_of[u]`. Call once, before any
+    /// [`begin`](Self::begin).
+    pub fn plan(&self, clusters: usize, clusters_of: &[u32]) {
+        let list = clusters_of
+            .iter()
+            .map(|&cluster| Update {
+                cluster,
+                t0: AtomicU64::new(0),
+                port: AtomicU32::new(0),
+                converged: AtomicUsize::new(0),
+                seen: (0..self.clients).map(|_| AtomicU64::new(0)).collect(),
+            })
+            .collect();
+        let active = (0..clusters).map(|_| AtomicU32::new(0)).collect();
+        let _ = self.updates.set(Updates { active, list });
+    }
+
+    /// Update `u`.
+    pub fn update(&self, u: usize) -> Option<&Update> {
+        self.updates.get()?.list.get(u)
+    }
+
+    /// Whether an update is in flight for `cluster`.
+    pub fn cluster_busy(&self, cluster: u32) -> bool {
+        self.updates
+            .get()
+            .and_then(|ups| ups.active.get(cluster as usize))
+            .is_some_and(|a| a.load(SeqCst) != 0)
+    }
+
+    /// Update `u`'s trigger is about to be sent: from now on clients record its cluster.
+    pub fn begin(&self, u: usize) {
+        let Some(ups) = self.updates.get() else { return };
+        let Some(up) = ups.list.get(u) else { return };
+        up.t0.store(self.now_us(), SeqCst);
+        if let Some(a) = ups.active.get(up.cluster as usize) {
+            a.store(u as u32 + 1, SeqCst);
+        }
+    }
+
+    /// Update `u`'s trigger answered `port`: count the clients that already hold it.
+    pub fn set_port(&self, u: usize, port: u32) {
+        let Some(up) = self.update(u) else { return };
+        up.port.store(port, SeqCst);
+        for c in 0..self.clients {
+            up.try_count(c);
+        }
+    }
+
+    /// Update `u` is over (converged, failed or timed out): clients stop recording it.
+    pub fn end(&self, u: usize) {
+        let Some(ups) = self.updates.get() else { return };
+        let Some(up) = ups.list.get(u) else { return };
+        if let Some(a) = ups.active.get(up.cluster as usize) {
+            let _ = a.compare_exchange(u as u32 + 1, 0, SeqCst, SeqCst);
+        }
+    }
+
+    /// A client received ClusterLoadAssignment `cluster` with `port`.
+    pub fn on_cla(&self, client: usize, cluster: u32, port: u32) {
+        let Some(ups) = self.updates.get() else { return };
+        let Some(active) = ups.active.get(cluster as usize) else { return };
+        let u = active.load(SeqCst);
+        if u == 0 {
+            return;
+        }
+        let up = &ups.list[u as usize - 1];
+        let elapsed = self.now_us().saturating_sub(up.t0.load(SeqCst)).min(MAX_MICROS);
+        let word = u64::from(port) << 32 | elapsed;
+        let slot = &up.seen[client];
+        let mut old = slot.load(SeqCst);
+        // The first receipt of a port keeps its time.
+        while old >> 32 != u64::from(port) {
+            match slot.compare_exchange(old, word, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => old = now,
+            }
+        }
+        up.try_count(client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subsets_cover_the_clusters_in_blocks() {
+        let s = Subset::of(3, 4, 10);
+        assert_eq!(s.indices().collect::<Vec<_>>(), [2, 3, 4, 5]);
+        assert!(s.contains(2) && s.contains(5) && !s.contains(6) && !s.contains(1));
+        let wrap = Subset::of(2, 4, 10);
+        assert_eq!(wrap.indices().collect::<Vec<_>>(), [8, 9, 0, 1]);
+        assert!(wrap.contains(0) && wrap.contains(9) && !wrap.contains(2));
+        assert_eq!(Subset::of(7, 0, 5).indices().count(), 5);
+        assert!(Subset::of(7, 0, 5).contains(4) && !Subset::of(7, 0, 5).contains(5));
+    }
+
+    #[test]
+    fn a_port_is_counted_once_whoever_sees_it_first() {
+        let t = Tracker::new(3);
+        t.plan(4, &[2]);
+        t.begin(0);
+        t.on_cla(0, 2, 10001); // before the trigger answered
+        t.on_cla(1, 2, 9999); // other content
+        t.set_port(0, 10001);
+        let up = t.update(0).unwrap();
+        assert_eq!(up.converged(), 1);
+        t.on_cla(0, 2, 10001); // again: not counted twice
+        t.on_cla(1, 2, 10001);
+        t.on_cla(2, 3, 10001); // another cluster: ignored
+        assert_eq!(up.converged(), 2);
+        let (done, missing) = up.latencies(0..3);
+        assert_eq!((done.len(), missing), (2, vec![2]));
+        t.end(0);
+        assert!(!t.cluster_busy(2));
+    }
+}
