@@ -6,7 +6,7 @@
 //! - [`codec`]: the gRPC codec (pre-encoded requests, raw responses).
 //! - [`client`]: one client's protocol state: subscriptions, ACKs, what it holds.
 //! - [`track`]: what clients report and the coordinator measures (lock-free slots).
-//! - [`bench`]: the run: storm, updates, report.
+//! - [`bench`](mod@bench): the run: storm, updates, report.
 //! - [`trigger`]: the HTTP trigger of an update; [`sys`]: `/proc` samples and the open-file limit.
 
 pub mod bench;
