@@ -119,7 +119,7 @@ pub async fn run(o: Options) -> bool {
             );
             last_progress = Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let storm_traffic = tracker.traffic();
     let mut ready_times: Vec<u32> =
@@ -301,17 +301,20 @@ async fn updates(
     let mut outcomes: Vec<Option<Outcome>> = vec![None; o.updates];
     let mut in_flight: Vec<InFlight> = Vec::new();
     let mut last_trigger: Option<Instant> = None;
-    let tick = Duration::from_millis(1);
+    // How often in-flight updates are checked while waiting. Latencies do not depend on it: the
+    // clients timestamp what they receive.
+    let poll = Duration::from_millis(10);
     for (u, &k) in plan.iter().enumerate() {
         // At least `interval` after the previous trigger, and never two updates of one cluster
         // at once (each wait ends: updates in flight time out).
         loop {
             finish(o, tracker, &mut in_flight, &mut outcomes);
-            let due = last_trigger.is_none_or(|t| t.elapsed() >= o.interval);
-            if due && !tracker.cluster_busy(k) {
+            let wait =
+                last_trigger.map_or(Duration::ZERO, |t| o.interval.saturating_sub(t.elapsed()));
+            if wait.is_zero() && !tracker.cluster_busy(k) {
                 break;
             }
-            tokio::time::sleep(tick).await;
+            tokio::time::sleep(if wait.is_zero() { poll } else { wait }).await;
         }
         let expected: Vec<usize> = (0..o.clients)
             .filter(|&c| Subset::of(c, o.eds_per_client, clusters).contains(k))
@@ -338,7 +341,7 @@ async fn updates(
     }
     while !in_flight.is_empty() {
         finish(o, tracker, &mut in_flight, &mut outcomes);
-        tokio::time::sleep(tick).await;
+        tokio::time::sleep(poll).await;
     }
     outcomes.into_iter().flatten().collect()
 }

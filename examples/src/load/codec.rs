@@ -5,8 +5,7 @@ use bytes::{BufMut, Bytes};
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use xds_proto::prost::Message;
+use xds_proto::prost;
 
 /// An encoded request: a small header (encoded per request) followed by an encoded list of
 /// resource names (field 3 in both `DiscoveryRequest.resource_names` and
@@ -29,14 +28,13 @@ impl Outgoing {
         nonce: &[u8],
         names: Bytes,
     ) -> Self {
-        let head = DiscoveryRequest {
-            version_info: String::from_utf8_lossy(version).into_owned(),
-            node: node.cloned(),
-            type_url: type_url.to_owned(),
-            response_nonce: String::from_utf8_lossy(nonce).into_owned(),
-            ..Default::default()
+        let mut head = Vec::with_capacity(type_url.len() + version.len() + nonce.len() + 8);
+        push_field(&mut head, 1, version);
+        if let Some(node) = node {
+            prost::encoding::message::encode(2, node, &mut head);
         }
-        .encode_to_vec();
+        push_field(&mut head, 4, type_url.as_bytes());
+        push_field(&mut head, 5, nonce);
         Outgoing { head, names }
     }
 
@@ -49,28 +47,41 @@ impl Outgoing {
         subscribe: Bytes,
         unsubscribe: Vec<String>,
     ) -> Self {
-        let head = DeltaDiscoveryRequest {
-            node: node.cloned(),
-            type_url: type_url.to_owned(),
-            response_nonce: String::from_utf8_lossy(nonce).into_owned(),
-            resource_names_unsubscribe: unsubscribe,
-            ..Default::default()
+        let mut head = Vec::with_capacity(type_url.len() + nonce.len() + 8);
+        if let Some(node) = node {
+            prost::encoding::message::encode(1, node, &mut head);
         }
-        .encode_to_vec();
+        push_field(&mut head, 2, type_url.as_bytes());
+        for name in &unsubscribe {
+            push_name_field(&mut head, 4, name.as_bytes());
+        }
+        push_field(&mut head, 6, nonce);
         Outgoing { head, names: subscribe }
     }
 }
 
-/// Appends `name` to an encoded list of names (repeated string field 3).
-pub fn push_name(list: &mut Vec<u8>, name: &[u8]) {
-    list.put_u8(3 << 3 | 2);
-    let mut len = name.len() as u64;
+/// Appends a string field unless it is empty (the proto3 default is not encoded).
+fn push_field(buf: &mut Vec<u8>, tag: u8, value: &[u8]) {
+    if !value.is_empty() {
+        push_name_field(buf, tag, value);
+    }
+}
+
+/// Appends a length-delimited field `tag` (< 16).
+fn push_name_field(buf: &mut Vec<u8>, tag: u8, value: &[u8]) {
+    buf.put_u8((tag << 3) | 2);
+    let mut len = value.len() as u64;
     while len >= 0x80 {
-        list.put_u8((len as u8) | 0x80);
+        buf.put_u8((len as u8) | 0x80);
         len >>= 7;
     }
-    list.put_u8(len as u8);
-    list.put_slice(name);
+    buf.put_u8(len as u8);
+    buf.put_slice(value);
+}
+
+/// Appends `name` to an encoded list of names (repeated string field 3).
+pub fn push_name(list: &mut Vec<u8>, name: &[u8]) {
+    push_name_field(list, 3, name);
 }
 
 /// Requests as [`Outgoing`], responses as raw [`Bytes`].
@@ -126,6 +137,8 @@ impl Decoder for RawDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+    use xds_proto::prost::Message;
 
     #[test]
     fn a_request_with_shared_names_decodes_as_one_message() {
