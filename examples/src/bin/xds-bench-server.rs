@@ -35,6 +35,7 @@ use xds_proto::pb::envoy::config::route::v3::route_match::PathSpecifier;
 use xds_proto::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
 };
+use xds_proto::pb::envoy::extensions::filters::http::router::v3::Router;
 use xds_proto::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager::RouteSpecifier, http_filter,
 };
@@ -104,8 +105,7 @@ fn listener() -> Listener {
         http_filters: vec![HttpFilter {
             name: "envoy.filters.http.router".into(),
             config_type: Some(http_filter::ConfigType::TypedConfig(Any {
-                type_url: "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                    .into(),
+                type_url: <Router as xds_proto::prost::Name>::type_url(),
                 value: Vec::new(),
             })),
             ..Default::default()
