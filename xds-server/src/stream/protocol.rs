@@ -22,7 +22,8 @@ pub(crate) struct Sent<W> {
     pub(crate) nonce: String,
     pub(crate) resources: usize,
     pub(crate) bytes: usize,
-    /// Names of the resources carried (for rule D10's RouteConfiguration -> virtual hosts).
+    /// Names of the RouteConfigurations carried (rule D10: their virtual hosts are resent);
+    /// empty for every other type, so responses of 10,000 clusters copy no names.
     pub(crate) names: Vec<String>,
 }
 
@@ -232,7 +233,7 @@ fn sotw_sent(
     cp: Option<&str>,
 ) -> Sent<SotwWire> {
     let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
-    let names = response.resources.iter().map(|r| r.name().to_owned()).collect();
+    let names = route_names(type_url, response.resources.iter().map(|r| r.name()));
     let wire = SotwWire::new(type_url, response, cp);
     let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
     Sent { version, nonce, resources: wire.resources.len(), bytes, names, wire }
@@ -244,7 +245,8 @@ fn delta_sent(
     cp: Option<&str>,
 ) -> Sent<DeltaWire> {
     let (version, nonce) = (response.system_version_info.clone(), response.nonce.clone());
-    let names: Vec<String> = response.resources.iter().map(|e| e.name().to_owned()).collect();
+    let names = route_names(type_url, response.resources.iter().map(|e| e.name()));
+    let resources = response.resources.len();
     let bytes = if response.heartbeat {
         0
     } else {
@@ -258,7 +260,17 @@ fn delta_sent(
             .sum()
     };
     let wire = DeltaWire::new(type_url, response, cp);
-    Sent { version, nonce, resources: names.len(), bytes, names, wire }
+    Sent { version, nonce, resources, bytes, names, wire }
+}
+
+/// The names a response carries, if it is of RouteConfigurations (the only type rule D10 needs
+/// them for).
+fn route_names<'a>(type_url: &TypeUrl, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    if type_url.builtin() == Some(xds_proto::ResourceType::RouteConfiguration) {
+        names.map(str::to_owned).collect()
+    } else {
+        Vec::new()
+    }
 }
 
 fn held<'a>(
