@@ -8,6 +8,7 @@
 //!
 //! [`Cache`]: xds_cache::Cache
 
+mod body;
 mod callbacks;
 mod config;
 mod csds;

@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
-use tonic::server::{Grpc, StreamingService, UnaryService};
+use tonic::codec::Codec;
+use tonic::server::{Grpc, UnaryService};
 use tonic::{Status, Streaming};
 use xds_cache::{Cache, CacheError};
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
 
+use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
 use crate::config::ServerConfig;
 use crate::fetch::{Fetched, fetch};
@@ -221,27 +223,11 @@ impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
         let shared = self.shared.clone();
         let kind = self.kind;
         Box::pin(async move {
-            let max = Some(shared.config.limits.max_request_bytes);
             Ok(match kind {
-                MethodKind::Sotw(fixed) => {
-                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
-                        .apply_max_message_size_config(max, None);
-                    grpc.streaming(
-                        StreamMethod::<Sotw> { shared, fixed, _p: Default::default() },
-                        request,
-                    )
-                    .await
-                }
-                MethodKind::Delta(fixed) => {
-                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
-                        .apply_max_message_size_config(max, None);
-                    grpc.streaming(
-                        StreamMethod::<Delta> { shared, fixed, _p: Default::default() },
-                        request,
-                    )
-                    .await
-                }
+                MethodKind::Sotw(fixed) => serve_stream::<Sotw>(shared, fixed, request),
+                MethodKind::Delta(fixed) => serve_stream::<Delta>(shared, fixed, request),
                 MethodKind::Fetch(t) => {
+                    let max = Some(shared.config.limits.max_request_bytes);
                     let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
                         .apply_max_message_size_config(max, None);
                     grpc.unary(FetchMethod { shared, type_url: t }, request).await
@@ -251,20 +237,38 @@ impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
     }
 }
 
-struct StreamMethod<P> {
+/// Serves one streaming method. tonic decodes the request stream (with the size limit); the
+/// responses go out through [`StreamBody`], which writes each response a chunk at a time from
+/// the cached bytes instead of encoding it whole into a buffer the stream keeps.
+fn serve_stream<P: stream::Protocol>(
     shared: Arc<Shared>,
     fixed: Option<ResourceType>,
-    _p: std::marker::PhantomData<fn() -> P>,
-}
-
-impl<P: stream::Protocol> StreamingService<P::Request> for StreamMethod<P> {
-    type Response = P::Wire;
-    type ResponseStream = stream::ResponseStream<P::Wire>;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: tonic::Request<Streaming<P::Request>>) -> Self::Future {
-        let result = stream::open::<P>(self.shared.clone(), self.fixed, request);
-        Box::pin(async move { result.map(tonic::Response::new) })
+    request: http::Request<axum::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    if let Some(encoding) = request.headers().get("grpc-encoding")
+        && encoding.as_bytes() != b"identity"
+    {
+        return Status::unimplemented(format!(
+            "request compression {encoding:?} is not supported; send uncompressed messages"
+        ))
+        .into_http();
+    }
+    let max = shared.config.limits.max_request_bytes;
+    let request = tonic::Request::from_http(request.map(|body| {
+        let decoder = tonic_prost::ProstCodec::<P::Wire, P::Request>::default().decoder();
+        Streaming::new_request(decoder, body, None, Some(max))
+    }));
+    match stream::open::<P>(shared, fixed, request) {
+        Ok(responses) => {
+            let mut response =
+                http::Response::new(tonic::body::Body::new(StreamBody::new(responses)));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            response
+        }
+        Err(status) => status.into_http(),
     }
 }
 

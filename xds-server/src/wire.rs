@@ -82,6 +82,29 @@ impl DeltaWire {
     }
 }
 
+/// A response written in pieces: a head, `parts()` parts, a tail. The streaming body writes a
+/// large response a few parts at a time as the client's flow-control window opens, so no stream
+/// holds a buffer the size of its largest response (see `crate::body`).
+pub(crate) trait Framed: Message + Send + 'static {
+    /// The fields before the parts.
+    fn put_head(&self, buf: &mut impl BufMut);
+    /// How many parts (resources) there are.
+    fn parts(&self) -> usize;
+    /// Part `i`; nothing for an index out of range.
+    fn put_part(&self, i: usize, buf: &mut impl BufMut);
+    /// The fields after the parts.
+    fn put_tail(&self, buf: &mut impl BufMut);
+
+    /// The whole message: what `Message::encode_raw` writes.
+    fn put_all(&self, buf: &mut impl BufMut) {
+        self.put_head(buf);
+        for i in 0..self.parts() {
+            self.put_part(i, buf);
+        }
+        self.put_tail(buf);
+    }
+}
+
 fn string_len(tag: u32, s: &str) -> usize {
     if s.is_empty() { 0 } else { encoding::string::encoded_len(tag, &s.to_owned()) }
 }
@@ -242,15 +265,31 @@ fn put_delta_resource(e: &DeltaResource<EncodedResource>, heartbeat: bool, buf: 
     }
 }
 
-impl Message for SotwWire {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl Framed for SotwWire {
+    fn put_head(&self, buf: &mut impl BufMut) {
         put_string(1, &self.version_info, buf);
-        for r in &self.resources {
+    }
+
+    fn parts(&self) -> usize {
+        self.resources.len()
+    }
+
+    fn put_part(&self, i: usize, buf: &mut impl BufMut) {
+        if let Some(r) = self.resources.get(i) {
             put_sotw_any(r, self.heartbeat, buf);
         }
+    }
+
+    fn put_tail(&self, buf: &mut impl BufMut) {
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
         put_control_plane(6, &self.control_plane, buf);
+    }
+}
+
+impl Message for SotwWire {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.put_all(buf);
     }
 
     fn merge_field(
@@ -280,18 +319,34 @@ impl Message for SotwWire {
     }
 }
 
-impl Message for DeltaWire {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl Framed for DeltaWire {
+    fn put_head(&self, buf: &mut impl BufMut) {
         put_string(1, &self.system_version_info, buf);
-        for e in &self.resources {
+    }
+
+    fn parts(&self) -> usize {
+        self.resources.len()
+    }
+
+    fn put_part(&self, i: usize, buf: &mut impl BufMut) {
+        if let Some(e) = self.resources.get(i) {
             put_delta_resource(e, self.heartbeat, buf);
         }
+    }
+
+    fn put_tail(&self, buf: &mut impl BufMut) {
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
         for name in &self.removed_resources {
             put_bytes_field(6, name.as_bytes(), buf);
         }
         put_control_plane(7, &self.control_plane, buf);
+    }
+}
+
+impl Message for DeltaWire {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.put_all(buf);
     }
 
     fn merge_field(

@@ -143,3 +143,27 @@ async fn max_request_bytes_is_resource_exhausted() {
         "refused with {status:?}"
     );
 }
+
+#[tokio::test]
+async fn a_compressed_request_stream_is_unimplemented_with_the_reason() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let server = XdsServer::new(SnapshotCache::by_node_id());
+    let request = http::Request::post(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    )
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-encoding", "gzip")
+    .body(axum::body::Body::empty())
+    .unwrap();
+    let response =
+        server.routes().into_axum_router().oneshot(request).await.expect("routing is infallible");
+    // Trailers-only: the status is in the headers.
+    assert_eq!(response.headers()["grpc-status"], "12", "UNIMPLEMENTED");
+    let message = response.headers()["grpc-message"].to_str().unwrap().to_owned();
+    assert!(message.contains("gzip"), "{message}");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.is_empty());
+}

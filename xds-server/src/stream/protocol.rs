@@ -13,7 +13,7 @@ use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::status::TypeStatus;
-use crate::wire::{DeltaWire, SotwWire};
+use crate::wire::{DeltaWire, Framed, SotwWire};
 
 /// What the driver records about a response it sends.
 pub(crate) struct Sent<W> {
@@ -30,7 +30,7 @@ pub(crate) struct Sent<W> {
 /// One protocol variant: its messages and its sub-stream state machine.
 pub(crate) trait Protocol: Send + 'static {
     type Request: prost::Message + Default + Send + 'static;
-    type Wire: prost::Message + Send + 'static;
+    type Wire: Framed;
     type Sub: Send + 'static;
     const VARIANT: Variant;
     const LABEL: &'static str;
