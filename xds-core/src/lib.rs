@@ -41,6 +41,7 @@
 
 mod delta;
 mod flow;
+mod held;
 mod message;
 mod nonce;
 mod resource;

@@ -7,7 +7,7 @@ use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
-use crate::tracker::{Held, Removals, Tracker};
+use crate::tracker::{Held, HeldRef, Removals, Tracker};
 
 /// One type URL on one SotW stream (`StreamAggregatedResources` or a per-type `Stream*` RPC).
 ///
@@ -184,7 +184,7 @@ impl<R: Resource> SotwSubStream<R> {
         let mut all = BTreeMap::new();
         // Removals put off (rule O1) stay in the full state, as the client last got them.
         for name in &self.tracker.deferred {
-            if let Some(Held::Sent(r)) = self.tracker.held.get(name.as_str()) {
+            if let Some(HeldRef::Sent(r)) = self.tracker.held.get(name.as_str()) {
                 all.insert(name.clone(), r.clone());
             }
         }

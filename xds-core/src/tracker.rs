@@ -3,30 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub(crate) use crate::held::{Held, HeldMap, HeldRef};
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
-
-/// What the client holds under one subscribed name.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Held<R> {
-    /// The resource as it was sent. Keeping the handle (a pointer) costs less than a copy of its
-    /// version string and lets a removal be put off while the resource is still in use (rule O1).
-    Sent(R),
-    /// A version the client declared on reconnect (rule D7), of a resource this stream never sent.
-    Declared(Box<str>),
-    /// The client was told (delta) or may conclude (SotW full state) that the name does not exist.
-    Absent,
-}
-
-impl<R: Resource> Held<R> {
-    pub(crate) fn version(&self) -> Option<&str> {
-        match self {
-            Held::Sent(r) => Some(r.version()),
-            Held::Declared(v) => Some(v),
-            Held::Absent => None,
-        }
-    }
-}
 
 /// Whether a response may remove resources now (rule O1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +20,9 @@ pub(crate) enum Removals {
 #[derive(Clone, Debug)]
 pub(crate) struct Tracker<R> {
     /// Per subscribed name (or alias, or wildcard-delivered name): what the client holds.
-    /// Keys are shared with the resources' own names where they match (see
-    /// [`Resource::shared_name`]): tens of thousands of names per client cost pointers, not copies.
-    pub(crate) held: BTreeMap<Arc<str>, Held<R>>,
+    /// A resource held under its own name costs one handle (see [`HeldMap`]): tens of
+    /// thousands of resources per client cost pointers, not copies.
+    pub(crate) held: HeldMap<R>,
     /// The held resources that have a TTL, with it: usually few or none, so heartbeat checks
     /// (on every wake of the stream) never walk everything held. Kept by `hold`/`unhold`.
     ttls: BTreeMap<Arc<str>, std::time::Duration>,
@@ -58,7 +37,7 @@ pub(crate) struct Tracker<R> {
 impl<R> Default for Tracker<R> {
     fn default() -> Self {
         Tracker {
-            held: BTreeMap::new(),
+            held: HeldMap::default(),
             ttls: BTreeMap::new(),
             forced: BTreeSet::new(),
             deferred: BTreeSet::new(),
@@ -109,7 +88,7 @@ impl<R: Resource> Tracker<R> {
     pub(crate) fn held_with_ttl(&self) -> Vec<R> {
         let mut out = BTreeMap::new();
         for key in self.ttls.keys() {
-            if let Some(Held::Sent(r)) = self.held.get(key) {
+            if let Some(HeldRef::Sent(r)) = self.held.get(key) {
                 out.entry(r.name().to_owned()).or_insert_with(|| r.clone());
             }
         }
@@ -135,7 +114,7 @@ impl<R: Resource> Tracker<R> {
 
     /// What the client holds, by subscribed name: `Some(version)`, or `None` when told absent.
     pub(crate) fn held_versions(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.held.iter().map(|(name, held)| (&**name, held.version()))
+        self.held.iter().map(|(name, held)| (name, held.version()))
     }
 
     /// Forgets held state for a name that left the subscription (the client drops it itself),
@@ -150,7 +129,7 @@ impl<R: Resource> Tracker<R> {
 
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
     fn wildcard_left(&mut self, sub: &Subscription) {
-        self.held.retain(|name, _| sub.has_name(name));
+        self.held.retain(|name| sub.has_name(name));
         self.ttls.retain(|name, _| sub.has_name(name));
         self.deferred.retain(|name| sub.has_name(name));
     }
@@ -206,7 +185,7 @@ impl<R: Resource> Tracker<R> {
                 });
             }
             names.extend(sub.names().iter().cloned());
-            names.extend(self.held.keys().map(|n| n.to_string()));
+            names.extend(self.held.keys().map(str::to_owned));
         } else if traits.aliases {
             // An alias resolves through the content of other resources: look at every alias
             // subscription again (VHDS subscriptions are small).
@@ -237,8 +216,9 @@ impl<R: Resource> Tracker<R> {
         let forced = self.forced.contains(name);
         match found {
             Some((resource, via_alias)) if interested => {
-                let held = self.held.get(name).and_then(Held::version);
-                if forced || held != Some(resource.version()) {
+                let held = self.held.get(name);
+                let declared = matches!(held, Some(HeldRef::Declared(_)));
+                if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
                     let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
                     self.hold(key, Held::Sent(resource.clone()));
                     let entry = diff
@@ -248,6 +228,11 @@ impl<R: Resource> Tracker<R> {
                     if via_alias {
                         entry.1.insert(name.to_owned());
                     }
+                } else if declared {
+                    // The client declared on reconnect the version it holds (rule D7): from
+                    // now on it holds this very resource, which costs a handle, not a copy.
+                    let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
+                    self.hold(key, Held::Sent(resource));
                 }
             }
             Some(_) => {
@@ -255,10 +240,10 @@ impl<R: Resource> Tracker<R> {
                 self.unhold(name);
             }
             None => match self.held.get(name) {
-                Some(Held::Sent(_) | Held::Declared(_)) if removals == Removals::Defer => {
+                Some(HeldRef::Sent(_) | HeldRef::Declared(_)) if removals == Removals::Defer => {
                     self.deferred.insert(name.to_owned());
                 }
-                Some(Held::Sent(_) | Held::Declared(_)) => {
+                Some(HeldRef::Sent(_) | HeldRef::Declared(_)) => {
                     diff.removed.push(name.to_owned());
                     if explicit {
                         self.hold(Arc::from(name), Held::Absent);
@@ -266,7 +251,7 @@ impl<R: Resource> Tracker<R> {
                         self.unhold(name);
                     }
                 }
-                Some(Held::Absent) if !forced => {}
+                Some(HeldRef::Absent) if !forced => {}
                 _ if explicit => {
                     self.hold(Arc::from(name), Held::Absent);
                     diff.absent.push((name.to_owned(), traits.aliases));
