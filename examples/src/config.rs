@@ -86,15 +86,24 @@ pub fn fingerprint(path: &Path) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
         .collect()
 }
 
+/// The default limit on one configuration file's size: 64 MiB, far beyond any hand-written
+/// configuration, and small enough that a runaway generator cannot exhaust the server's memory.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
 /// Loads and checks the configuration at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    load_with(path, &Config::default())
+    load_with(path, &Config::default(), MAX_FILE_BYTES)
 }
 
 /// Loads the configuration at `path`, reusing the encoded resources of `previous` (and of other
 /// groups) whose content is unchanged: every resource version is held once in memory, however
-/// many groups serve it and however often the file is reloaded.
-pub fn load_with(path: &Path, previous: &Config) -> Result<Config, ConfigError> {
+/// many groups serve it and however often the file is reloaded. A file larger than
+/// `max_file_bytes` is refused before it is read.
+pub fn load_with(
+    path: &Path,
+    previous: &Config,
+    max_file_bytes: u64,
+) -> Result<Config, ConfigError> {
     let mut interned = Interner::default();
     for snapshot in previous.groups.values() {
         for t in snapshot.types() {
@@ -107,17 +116,70 @@ pub fn load_with(path: &Path, previous: &Config) -> Result<Config, ConfigError> 
     builders.entry(DEFAULT_GROUP.to_owned()).or_default();
     for file in files(path)? {
         let err =
-            |location: String, reason: String| ConfigError { file: file.clone(), location, reason };
-        let text = std::fs::read_to_string(&file).map_err(|e| err(String::new(), e.to_string()))?;
-        let doc = if file.extension().is_some_and(|e| e == "json") {
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| err(String::new(), format!("syntax error: {e}")))?
-        } else {
-            xds_proto::yaml_to_json(&text).map_err(|e| err(String::new(), e.to_string()))?
-        };
-        read_document(&doc, &mut builders, &mut interned)
-            .map_err(|(location, reason)| err(location, reason))?;
+            |reason: String| ConfigError { file: file.clone(), location: String::new(), reason };
+        let size = std::fs::metadata(&file).map_err(|e| err(e.to_string()))?.len();
+        if size > max_file_bytes {
+            return Err(err(format!(
+                "the file has {size} bytes, more than the limit of {max_file_bytes}"
+            )));
+        }
+        let text = std::fs::read_to_string(&file).map_err(|e| err(e.to_string()))?;
+        read_text(&file, &text, &mut builders, &mut interned)?;
     }
+    build(path, builders)
+}
+
+/// Loads and checks a configuration from `text`, as if it had been read from the file `file`:
+/// its extension picks the format (`.json` is JSON, anything else YAML) and errors name it.
+/// Nothing is read from disk.
+///
+/// ```
+/// use std::path::Path;
+///
+/// let config = examples::config::parse_str(Path::new("inline.yaml"), "resources: []\n")?;
+/// assert!(config.groups[examples::config::DEFAULT_GROUP].is_empty());
+/// let err = examples::config::parse_str(Path::new("inline.json"), "{").unwrap_err();
+/// assert!(err.to_string().starts_with("inline.json: syntax error"));
+/// # Ok::<(), examples::config::ConfigError>(())
+/// ```
+pub fn parse_str(file: &Path, text: &str) -> Result<Config, ConfigError> {
+    let mut builders: BTreeMap<String, SnapshotBuilder> = BTreeMap::new();
+    builders.entry(DEFAULT_GROUP.to_owned()).or_default();
+    read_text(file, text, &mut builders, &mut Interner::default())?;
+    build(file, builders)
+}
+
+/// Reads one file's text into the group builders.
+fn read_text(
+    file: &Path,
+    text: &str,
+    builders: &mut BTreeMap<String, SnapshotBuilder>,
+    interned: &mut Interner,
+) -> Result<(), ConfigError> {
+    let err =
+        |location: String, reason: String| ConfigError { file: file.to_owned(), location, reason };
+    // An empty file is what a truncating editor or an interrupted copy leaves behind: taking it
+    // as "serve nothing" would withdraw every resource from every proxy at once.
+    let empty = || {
+        err(String::new(), "the file is empty; to serve no resources write `resources: []`".into())
+    };
+    if text.trim().is_empty() {
+        return Err(empty());
+    }
+    let doc = if file.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| err(String::new(), format!("syntax error: {e}")))?
+    } else {
+        xds_proto::yaml_to_json(text).map_err(|e| err(String::new(), e.to_string()))?
+    };
+    if doc.is_null() {
+        return Err(empty());
+    }
+    read_document(&doc, builders, interned).map_err(|(location, reason)| err(location, reason))
+}
+
+/// Builds every group's snapshot, checking its consistency (rule O3); errors name `path`.
+fn build(path: &Path, builders: BTreeMap<String, SnapshotBuilder>) -> Result<Config, ConfigError> {
     let mut groups = BTreeMap::new();
     for (group, builder) in builders {
         let snapshot = builder.build_consistent().map_err(|e| ConfigError {
@@ -149,12 +211,7 @@ fn read_document(
     interned: &mut Interner,
 ) -> Result<(), Located> {
     let Some(top) = doc.as_object() else {
-        // An empty file is an empty configuration.
-        return if doc.is_null() {
-            Ok(())
-        } else {
-            Err((String::new(), "expected a mapping with `resources:` and `groups:`".into()))
-        };
+        return Err((String::new(), "expected a mapping with `resources:` and `groups:`".into()));
     };
     for key in top.keys() {
         if key != "resources" && key != "groups" {

@@ -85,10 +85,25 @@ fn broken_files_name_the_file_the_place_and_the_reason() {
 }
 
 #[test]
-fn an_empty_file_is_an_empty_configuration() {
+fn an_empty_file_is_refused_but_an_explicitly_empty_configuration_loads() {
     let dir = temp_dir("empty");
-    let config = config::load(&write(&dir, "empty.yaml", "")).unwrap();
+    for (name, text) in
+        [("empty.yaml", ""), ("blank.yaml", "\n  \n# nothing\n"), ("empty.json", " ")]
+    {
+        let err = config::load(&write(&dir, name, text)).unwrap_err();
+        assert!(err.to_string().contains("the file is empty"), "{name}: {err}");
+    }
+    let config = config::load(&write(&dir, "none.yaml", "resources: []\n")).unwrap();
     assert!(config.groups[DEFAULT_GROUP].is_empty());
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_refused_before_it_is_read() {
+    let dir = temp_dir("huge");
+    let path = write(&dir, "huge.yaml", &format!("resources: []\n# {}\n", "x".repeat(5000)));
+    let err = config::load_with(&path, &config::Config::default(), 4096).unwrap_err();
+    assert!(err.to_string().contains("more than the limit of 4096"), "{err}");
+    assert!(config::load(&path).is_ok(), "the default limit is far larger");
 }
 
 #[test]
@@ -113,7 +128,7 @@ fn reloads_and_groups_share_unchanged_resources() {
     let in_default = first.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
     let in_group = first.groups["g"].get(&cla_type, "backend").unwrap();
     assert!(in_default.ptr_eq(in_group), "one copy per version across groups");
-    let second = config::load_with(&path, &first).unwrap();
+    let second = config::load_with(&path, &first, config::MAX_FILE_BYTES).unwrap();
     let again = second.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
     assert!(again.ptr_eq(in_default), "one copy per version across reloads");
 }

@@ -54,6 +54,9 @@ struct Args {
     /// Serve clients whose first request carries no node.
     #[arg(long)]
     allow_anonymous: bool,
+    /// Refuse a configuration file larger than this many bytes.
+    #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
+    max_config_bytes: u64,
     /// Log filter (e.g. `info`, `debug`, `xds_server=debug`).
     #[arg(long, default_value = "info")]
     log: String,
@@ -82,7 +85,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&args.log)?)
         .init();
 
-    let initial = config::load(&args.config).map_err(|e| format!("cannot start: {e}"))?;
+    let initial =
+        config::load_with(&args.config, &config::Config::default(), args.max_config_bytes)
+            .map_err(|e| format!("cannot start: {e}"))?;
     let group_names = Arc::new(RwLock::new(initial.groups.keys().cloned().collect::<Vec<_>>()));
     let names = group_names.clone();
     // A node is served the group named by its id, else by its cluster, else the default group.
@@ -107,8 +112,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let server = builder.build();
 
-    let reload =
-        watch_config(args.config.clone(), cache.clone(), group_names.clone(), state.clone());
+    let reload = watch_config(
+        args.config.clone(),
+        args.max_config_bytes,
+        cache.clone(),
+        group_names.clone(),
+        state.clone(),
+    );
     tokio::spawn(reload);
     if let Some(dir) = &args.write_dir {
         let format = match args.write_format {
@@ -190,6 +200,7 @@ fn publish(
 /// bad one is logged and shown in /status while the last good one keeps serving.
 async fn watch_config(
     path: PathBuf,
+    max_bytes: u64,
     cache: SnapshotCache,
     names: Arc<RwLock<Vec<String>>>,
     state: Arc<Mutex<ConfigState>>,
@@ -210,7 +221,7 @@ async fn watch_config(
                 .filter_map(|g| cache.snapshot(&g).map(|s| (g, s)))
                 .collect(),
         };
-        match load_blocking(&path, previous).await {
+        match load_blocking(&path, previous, max_bytes).await {
             Ok(config) => publish(&cache, config, &names, &state),
             Err(e) => {
                 tracing::error!(error = %e, "configuration rejected; the last good one keeps serving");
@@ -220,9 +231,14 @@ async fn watch_config(
     }
 }
 
-async fn load_blocking(path: &Path, previous: config::Config) -> Result<config::Config, String> {
+async fn load_blocking(
+    path: &Path,
+    previous: config::Config,
+    max_bytes: u64,
+) -> Result<config::Config, String> {
     let path = path.to_owned();
-    match tokio::task::spawn_blocking(move || config::load_with(&path, &previous)).await {
+    match tokio::task::spawn_blocking(move || config::load_with(&path, &previous, max_bytes)).await
+    {
         Ok(result) => result.map_err(|e| e.to_string()),
         Err(e) => Err(format!("the loader failed: {e}")),
     }

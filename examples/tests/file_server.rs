@@ -1,0 +1,301 @@
+//! The `xds-file-server` binary end to end: broken config files never replace the served one, and
+//! mTLS with `--verify-node-id` serves a client only as the node its certificate names.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Streaming};
+use xds_proto::ResourceType;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_proto::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xds-file-server-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// A running `xds-file-server`, killed when dropped.
+struct Running {
+    child: Child,
+    grpc: SocketAddr,
+    http: SocketAddr,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// Starts the binary on free loopback ports and waits until it answers `/healthz`.
+    async fn start(config: &Path, extra: &[&str]) -> Running {
+        let (grpc, http) = (free_addr(), free_addr());
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
+            .args(["--log", "warn"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut running = Running { child, grpc, http };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok((200, _)) = running.get("/healthz").await {
+                return running;
+            }
+            assert!(running.child.try_wait().unwrap().is_none(), "the server exited");
+            assert!(Instant::now() < deadline, "the server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// A plain HTTP/1.1 GET on the HTTP port: the status code and the body.
+    async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect(self.http).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+        Ok((code, body))
+    }
+
+    /// `/status`'s `config` object.
+    async fn config_state(&self) -> serde_json::Value {
+        let (_, body) = self.get("/status").await.unwrap();
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["config"].clone()
+    }
+}
+
+/// A SotW ADS client subscribed to every cluster.
+struct Clusters {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+}
+
+fn cds(node: &str, version: &str, nonce: &str) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node: Some(Node { id: node.into(), ..Default::default() }),
+        type_url: ResourceType::Cluster.type_url().into(),
+        version_info: version.into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+impl Clusters {
+    async fn open(channel: Channel, node: &str) -> Result<Clusters, tonic::Status> {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(cds(node, "", "")).await.unwrap();
+        let rx = AggregatedDiscoveryServiceClient::new(channel)
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(Clusters { tx, rx })
+    }
+
+    /// The next response's cluster names (ACKed), or the stream's error.
+    async fn next(&mut self, node: &str) -> Result<Vec<String>, tonic::Status> {
+        let response = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
+            .await
+            .expect("a response in time")?
+            .expect("the stream stays open");
+        self.tx.send(cds(node, &response.version_info, &response.nonce)).await.unwrap();
+        let mut names: Vec<String> = response
+            .resources
+            .iter()
+            .map(|any| {
+                use prost::Message;
+                xds_proto::pb::envoy::config::cluster::v3::Cluster::decode(&any.value[..])
+                    .unwrap()
+                    .name
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Nothing arrives for a while.
+    async fn quiet(&mut self) {
+        let next = tokio::time::timeout(Duration::from_millis(400), self.rx.message()).await;
+        assert!(next.is_err(), "unexpected message: {next:?}");
+    }
+}
+
+fn config_with(clusters: &[&str]) -> String {
+    let mut text = String::from("resources:\n");
+    for c in clusters {
+        text.push_str(&format!(
+            "  - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n    name: {c}\n    type: STATIC\n"
+        ));
+    }
+    text
+}
+
+async fn plain(running: &Running) -> Channel {
+    Endpoint::from_shared(format!("http://{}", running.grpc)).unwrap().connect().await.unwrap()
+}
+
+#[tokio::test]
+async fn every_kind_of_broken_file_leaves_the_last_good_config_serving() {
+    let dir = temp_dir("broken");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    // A small size limit, so that the "huge" file needs only a few kilobytes.
+    let mut server = Running::start(&path, &["--max-config-bytes", "4096"]).await;
+    let mut watching = Clusters::open(plain(&server).await, "n1").await.unwrap();
+    assert_eq!(watching.next("n1").await.unwrap(), ["c1"]);
+
+    let huge = format!("{}# {}\n", config_with(&["c1", "c2"]), "x".repeat(8192));
+    let unknown_field = config_with(&["c1"]).replace("type: STATIC", "no_such_field: 1");
+    let broken: [(&str, &[u8], &str); 7] = [
+        ("syntax", b"resources: [ { \"@type\": ", "syntax"),
+        ("unknown field", unknown_field.as_bytes(), "no_such_field"),
+        ("unknown @type", b"resources:\n  - \"@type\": type.googleapis.com/acme.Nope\n    name: x\n", "acme.Nope"),
+        ("inconsistent references", b"resources:\n  - \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\n    name: l1\n    api_listener:\n      api_listener:\n        \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n        rds: { route_config_name: missing_route, config_source: { ads: {} } }\n", "missing_route"),
+        ("empty", b"", "empty"),
+        ("huge", huge.as_bytes(), "4096"),
+        ("not UTF-8", b"\xff\xfe\x00resources", "UTF-8"),
+    ];
+    let mut loads = server.config_state().await["loads"].as_u64().unwrap();
+    for (kind, contents, expected) in broken {
+        std::fs::write(&path, contents).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let error = loop {
+            let state = server.config_state().await;
+            if let Some(e) = state["error"].as_str().filter(|e| e.contains(expected)) {
+                assert_eq!(state["loads"].as_u64().unwrap(), loads, "{kind}: not published");
+                break e.to_owned();
+            }
+            assert!(Instant::now() < deadline, "{kind}: no error naming {expected:?}: {state}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(error.contains("config.yaml"), "{kind}: the error names the file: {error}");
+        assert!(server.alive(), "{kind}: the server exited");
+        // The connected client hears nothing; a new one gets the last good config.
+        watching.quiet().await;
+        let mut newcomer = Clusters::open(plain(&server).await, "n2").await.unwrap();
+        assert_eq!(newcomer.next("n2").await.unwrap(), ["c1"], "{kind}");
+    }
+
+    // A good file is published again, and the error is cleared.
+    std::fs::write(&path, config_with(&["c1", "c2"])).unwrap();
+    assert_eq!(watching.next("n1").await.unwrap(), ["c1", "c2"]);
+    let state = server.config_state().await;
+    assert!(state["error"].is_null(), "{state}");
+    loads += 1;
+    assert_eq!(state["loads"].as_u64().unwrap(), loads);
+}
+
+struct Pki {
+    dir: PathBuf,
+    ca: String,
+}
+
+impl Pki {
+    /// A CA, a server certificate for `localhost`, and client certificates for `clients`, as PEM
+    /// files in a temporary directory (`<name>.pem`, `<name>.key`).
+    fn new(clients: &[&str]) -> Pki {
+        let dir = temp_dir("pki");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        for name in std::iter::once(&"localhost").chain(clients) {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(vec![(*name).to_owned()])
+                .unwrap()
+                .signed_by(&key, &issuer)
+                .unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        }
+        Pki { dir, ca: ca_pem }
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    async fn channel(&self, server: &Running, client: Option<&str>) -> Option<Channel> {
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .domain_name("localhost");
+        if let Some(name) = client {
+            let read = |ext: &str| std::fs::read(self.dir.join(format!("{name}.{ext}"))).unwrap();
+            tls = tls.identity(Identity::from_pem(read("pem"), read("key")));
+        }
+        Endpoint::from_shared(format!("https://{}", server.grpc))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .ok()
+    }
+}
+
+#[tokio::test]
+async fn mtls_serves_a_client_only_as_the_node_its_certificate_names() {
+    let pki = Pki::new(&["envoy-1"]);
+    let dir = temp_dir("mtls");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let (cert, key, ca) =
+        (pki.file("localhost.pem"), pki.file("localhost.key"), pki.file("ca.pem"));
+    let server = Running::start(
+        &path,
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"],
+    )
+    .await;
+
+    let channel = pki.channel(&server, Some("envoy-1")).await.expect("a good client connects");
+    let mut served = Clusters::open(channel, "envoy-1").await.unwrap();
+    assert_eq!(served.next("envoy-1").await.unwrap(), ["c1"]);
+
+    // The right certificate, claiming another node: PermissionDenied, naming both.
+    let channel = pki.channel(&server, Some("envoy-1")).await.unwrap();
+    let refused = match Clusters::open(channel, "envoy-2").await {
+        Ok(mut stream) => stream.next("envoy-2").await.unwrap_err(),
+        Err(status) => status,
+    };
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("envoy-2"), "{}", refused.message());
+
+    // No client certificate: the handshake fails, at connect or at the first RPC.
+    let outcome = match pki.channel(&server, None).await {
+        None => None,
+        Some(channel) => Some(match Clusters::open(channel, "envoy-1").await {
+            Ok(mut stream) => stream.next("envoy-1").await,
+            Err(status) => Err(status),
+        }),
+    };
+    assert!(!matches!(outcome, Some(Ok(_))), "served without a certificate: {outcome:?}");
+}
