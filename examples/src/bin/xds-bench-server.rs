@@ -1,6 +1,9 @@
 //! A control plane in bench mode: N EDS clusters (`cluster-{i}`, endpoints over ADS) with M
 //! endpoints each, one listener and one route, served to every node; `GET /bench/update?i=K`
-//! moves cluster K's endpoints to a new port and answers it once published.
+//! moves cluster K's endpoints to a new port and answers it once published; `GET /bench/stats`
+//! answers the server's own figures as JSON (`{"tasks":N,"streams":N,"rss_bytes":N,"cpu_s":F}`:
+//! tasks alive in its runtime, open xDS streams, resident memory, CPU seconds), for the
+//! reliability runs of `xds-load` (churn, stuck clients, soak).
 //!
 //! Each type lives in its own `LinearCache` (behind a `MuxCache`): one ClusterLoadAssignment
 //! update encodes that one resource and costs O(log N) in the cache, whatever N. (A
@@ -10,6 +13,7 @@
 //! ```text
 //! xds-bench-server --clusters 10000 --endpoints 3
 //! curl 'http://127.0.0.1:18001/bench/update?i=42'   # -> 10000
+//! curl 'http://127.0.0.1:18001/bench/stats'          # -> {"tasks":7,"streams":0,...}
 //! ```
 
 use std::net::SocketAddr;
@@ -57,7 +61,7 @@ struct Args {
     /// Where gRPC xDS listens.
     #[arg(long, default_value = "127.0.0.1:18000")]
     grpc_addr: SocketAddr,
-    /// Where /bench/update, /healthz, /metrics and REST-JSON listen.
+    /// Where /bench/update, /bench/stats, /healthz, /metrics and REST-JSON listen.
     #[arg(long, default_value = "127.0.0.1:18001")]
     http_addr: SocketAddr,
     /// Log filter.
@@ -184,6 +188,18 @@ async fn update(
     }
 }
 
+/// `/bench/stats`: the live tasks of this runtime, the open xDS streams, RSS and CPU time.
+fn stats(server: &XdsServer) -> serde_json::Value {
+    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let me = sys::sample("self").unwrap_or_default();
+    serde_json::json!({
+        "tasks": tasks,
+        "streams": server.status().len(),
+        "rss_bytes": me.rss_kib * 1024,
+        "cpu_s": me.cpu_s,
+    })
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -225,6 +241,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let metrics = server.clone();
     let status = server.clone();
+    let observed = server.clone();
     let http =
         server
             .rest_router()
@@ -248,7 +265,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     async move { axum::Json(body.unwrap_or_default()) }
                 }),
             )
-            .route("/bench/update", get(update).with_state(bench));
+            .route("/bench/update", get(update).with_state(bench))
+            .route(
+                "/bench/stats",
+                get(move || {
+                    let body = stats(&observed);
+                    async move { axum::Json(body) }
+                }),
+            );
     let http_listener = tokio::net::TcpListener::bind(args.http_addr).await?;
     tokio::spawn(async move {
         if let Err(e) = axum::serve(http_listener, http).await {
@@ -267,7 +291,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!(
         "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route; gRPC {}, HTTP {} \
-         (/bench/update?i=K, /healthz, /metrics, /status?node=ID); open-file limit {fd_limit}",
+         (/bench/update?i=K, /bench/stats, /healthz, /metrics, /status?node=ID); open-file limit \
+         {fd_limit}",
         std::process::id(),
         args.clusters,
         args.endpoints,

@@ -1,12 +1,16 @@
-//! A load-generator run: the connection storm, the updates, the report.
+//! A load-generator run: the connection storm, (a server restart,) the updates, the check of the
+//! final state, the report.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::checks;
 use super::client::{self, Mode};
+use super::stats::{Sampler, Samples, StatsSource};
 use super::sys::{self, ProcSample, percentile};
 use super::track::{Subset, Tracker};
 use super::trigger::Trigger;
@@ -40,6 +44,29 @@ pub struct Options {
     pub window: u32,
     /// The server's pid, to sample its CPU time and memory.
     pub server_pid: Option<u32>,
+    /// The last `stuck` clients stop reading their stream once they hold the initial config;
+    /// they are left out of the update statistics and the final-state check.
+    pub stuck: usize,
+    /// Clients whose stream or connection breaks reconnect and resume instead of failing.
+    pub reconnect: bool,
+    /// After the storm, print `READY FOR RESTART` and wait (at most this long) until every
+    /// client's stream broke and was re-established; implies `reconnect`.
+    pub restart_wait: Option<Duration>,
+    /// Where the server's figures are sampled from during the run (`None`: not sampled).
+    pub sampling: Option<Sampling>,
+    /// Leave the per-update table out of the report (failed updates are still listed).
+    pub brief: bool,
+}
+
+/// Sampling the server in the background during a run.
+#[derive(Debug, Clone)]
+pub struct Sampling {
+    /// `/bench/stats` and/or the pid.
+    pub source: StatsSource,
+    /// How often.
+    pub every: Duration,
+    /// A CSV file to append the samples to.
+    pub log: Option<String>,
 }
 
 /// The outcome of one update.
@@ -82,9 +109,19 @@ fn sample_server(pid: Option<u32>) -> Option<ProcSample> {
 
 /// Runs the load and prints the report; returns whether everything converged.
 pub async fn run(o: Options) -> bool {
+    let sampler = match &o.sampling {
+        Some(s) => match Sampler::start(s.source.clone(), s.every, s.log.as_deref()) {
+            Ok(sampler) => Some(sampler),
+            Err(e) => {
+                eprintln!("{e}");
+                return false;
+            }
+        },
+        None => None,
+    };
     let idle = sample_server(o.server_pid);
     let me0 = sys::sample("self").unwrap_or_default();
-    let tracker = Arc::new(Tracker::new(o.clients));
+    let tracker = Arc::new(Tracker::new(o.clients, o.stuck));
     let config = Arc::new(client::Config {
         server: o.server.clone(),
         mode: o.mode,
@@ -94,6 +131,7 @@ pub async fn run(o: Options) -> bool {
         names: client::NameCache::default(),
         connect_permits: (o.connect_concurrency > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(o.connect_concurrency))),
+        reconnect: o.reconnect || o.restart_wait.is_some(),
     });
     let (stop, stopped) = watch::channel(false);
     let storm_start = Instant::now();
@@ -125,10 +163,18 @@ pub async fn run(o: Options) -> bool {
     let mut ready_times: Vec<u32> =
         tracker.ready_times().into_iter().map(|t| u32::try_from(t).unwrap_or(u32::MAX)).collect();
     ready_times.sort_unstable();
+    let restart = match o.restart_wait {
+        Some(wait) if storm_ok => Some(checks::restart(&tracker, wait).await),
+        _ => None,
+    };
     tokio::time::sleep(o.settle).await;
+    if let Some(s) = &sampler {
+        s.mark().await;
+    }
     let after_storm = sample_server(o.server_pid);
     let me1 = sys::sample("self").unwrap_or_default();
     let clusters = tracker.clusters();
+    let before_updates = tracker.traffic();
 
     let mut outcomes = Vec::new();
     if storm_ok
@@ -137,9 +183,21 @@ pub async fn run(o: Options) -> bool {
     {
         outcomes = updates(&o, trigger, &tracker, clusters).await;
     }
+    let final_state = if storm_ok {
+        // The last update of each cluster wins; a cluster whose last trigger failed is unknown.
+        let last: BTreeMap<u32, Option<u32>> =
+            outcomes.iter().map(|r| (r.cluster, r.port)).collect();
+        let expected: Vec<(u32, u32)> =
+            last.into_iter().filter_map(|(k, p)| Some((k, p?))).collect();
+        let wait = o.timeout.min(Duration::from_secs(10));
+        Some(checks::final_state(&tracker, &expected, o.eds_per_client, clusters, wait).await)
+    } else {
+        None
+    };
     let after_updates = sample_server(o.server_pid);
     let me2 = sys::sample("self").unwrap_or_default();
     let total_traffic = tracker.traffic();
+    let samples = sampler.map(Sampler::finish);
 
     let _ = stop.send(true);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -191,6 +249,21 @@ pub async fn run(o: Options) -> bool {
             o.storm_timeout
         );
     }
+    if o.stuck > 0 {
+        let _ = writeln!(
+            out,
+            "stuck: {} clients (load-{}..load-{}) stopped reading after the initial config; left out of the update statistics and the final-state check",
+            tracker.stuck(),
+            o.clients - tracker.stuck(),
+            o.clients - 1,
+        );
+    }
+    let restart_ok = restart.as_ref().is_none_or(|r| r.missing.is_empty());
+    if let Some(r) = &restart {
+        let _ = writeln!(out, "{}", r.line(o.clients - tracker.stuck()));
+        let (m, b) = (before_updates.0 - storm_traffic.0, before_updates.1 - storm_traffic.1);
+        let _ = writeln!(out, "restart traffic: {m} messages, {} received", mib(b / 1024));
+    }
 
     let mut all = Vec::new();
     if !outcomes.is_empty() {
@@ -205,10 +278,10 @@ pub async fn run(o: Options) -> bool {
             "  {:>4} {:>7} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9}",
             "#", "cluster", "port", "converged", "p50", "p90", "p99", "max"
         );
+        let mut table = Vec::new();
         for (u, r) in outcomes.iter().enumerate() {
             let l = &r.latencies;
-            let _ = writeln!(
-                out,
+            table.push(format!(
                 "  {u:>4} {:>7} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9}{}",
                 r.cluster,
                 r.port.map_or("-".to_owned(), |p| p.to_string()),
@@ -218,8 +291,20 @@ pub async fn run(o: Options) -> bool {
                 ms(percentile(l, 99.0)),
                 ms(l.last().copied().unwrap_or(0)),
                 r.error.as_ref().map(|e| format!("  FAILED: {e}")).unwrap_or_default(),
-            );
+            ));
             all.extend_from_slice(l);
+        }
+        if o.brief {
+            table.retain(|line| line.contains("FAILED"));
+            if table.is_empty() {
+                table.push(format!(
+                    "  (table left out: --brief; all {} updates passed)",
+                    outcomes.len()
+                ));
+            }
+        }
+        for line in table {
+            let _ = writeln!(out, "{line}");
         }
         all.sort_unstable();
         let _ = writeln!(
@@ -242,13 +327,26 @@ pub async fn run(o: Options) -> bool {
                 ms(worst.latencies.last().copied().unwrap_or(0)),
             );
         }
-        let (m, b) = (total_traffic.0 - storm_traffic.0, total_traffic.1 - storm_traffic.1);
+        let (m, b) = (total_traffic.0 - before_updates.0, total_traffic.1 - before_updates.1);
         let _ = writeln!(
             out,
             "update traffic: {m} messages, {} received ({} bytes per client per update)",
             mib(b / 1024),
-            b / (o.clients.max(1) * outcomes.len()) as u64,
+            b / ((o.clients - tracker.stuck()).max(1) * outcomes.len()) as u64,
         );
+    }
+    let resent = tracker.resent_total();
+    if o.reconnect || o.restart_wait.is_some() {
+        let _ = writeln!(
+            out,
+            "reconnections: {} (streams re-established after a break)",
+            tracker.reconnects()
+        );
+        let _ = writeln!(out, "resent after reconnect: {resent}");
+    }
+    let final_ok = final_state.as_ref().is_none_or(|f| f.passed());
+    if let Some(f) = &final_state {
+        let _ = writeln!(out, "{}", f.line());
     }
     if let (Some(idle), Some(s1), Some(s2)) = (idle, after_storm, after_updates) {
         let per_client = s1.rss_kib.saturating_sub(idle.rss_kib) as f64 / o.clients.max(1) as f64;
@@ -268,6 +366,9 @@ pub async fn run(o: Options) -> bool {
             cpu_updates * 1000.0 / outcomes.len().max(1) as f64,
         );
     }
+    if let Some(s) = &samples {
+        let _ = writeln!(out, "{}", samples_line(s, o.sampling.as_ref()));
+    }
     let _ = writeln!(
         out,
         "xds-load itself: CPU storm {:.2} s, updates {:.2} s; RSS {}",
@@ -279,7 +380,29 @@ pub async fn run(o: Options) -> bool {
     let failed = outcomes.len() - passed + usize::from(!storm_ok) * o.updates;
     let _ = writeln!(out, "{passed} passed, {failed} failed");
     print!("{out}");
-    storm_ok && failed == 0 && failed_clients == 0
+    let restarted = restart.is_none() || (restart_ok && resent == 0);
+    storm_ok && failed == 0 && failed_clients == 0 && final_ok && restarted
+}
+
+/// `server RSS (N samples every S): first .., after the storm .., max .., last ..`.
+fn samples_line(s: &Samples, sampling: Option<&Sampling>) -> String {
+    let every = sampling.map_or(Duration::ZERO, |s| s.every);
+    let m = |v: Option<u64>| v.map_or("-".to_owned(), |b| mib(b / 1024));
+    let mut line = format!(
+        "server RSS ({} samples every {every:?}): first {}, after the storm {}, max {}, last {}",
+        s.count,
+        m(s.first_rss),
+        m(s.marked_rss),
+        m(s.max_rss),
+        m(s.last_rss),
+    );
+    if let Some(log) = sampling.and_then(|s| s.log.as_deref()) {
+        let _ = write!(line, "; log: {log}");
+    }
+    if let Some(e) = &s.error {
+        let _ = write!(line, " (a sample failed: {e})");
+    }
+    line
 }
 
 /// Triggers the updates, one cluster each, and waits (bounded) until each reached every client
@@ -317,7 +440,9 @@ async fn updates(
             tokio::time::sleep(if wait.is_zero() { poll } else { wait }).await;
         }
         let expected: Vec<usize> = (0..o.clients)
-            .filter(|&c| Subset::of(c, o.eds_per_client, clusters).contains(k))
+            .filter(|&c| {
+                !tracker.is_stuck(c) && Subset::of(c, o.eds_per_client, clusters).contains(k)
+            })
             .collect();
         tracker.begin(u);
         let t0 = Instant::now();

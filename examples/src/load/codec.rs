@@ -58,6 +58,22 @@ impl Outgoing {
         push_field(&mut head, 6, nonce);
         Outgoing { head, names: subscribe }
     }
+
+    /// Adds `initial_resource_versions` (field 5 of a delta request: what a reconnecting client
+    /// holds, by name, so that it is sent only what differs).
+    pub fn with_initial_versions<'v>(
+        mut self,
+        versions: impl IntoIterator<Item = (&'v [u8], &'v [u8])>,
+    ) -> Self {
+        let mut entry = Vec::new();
+        for (name, version) in versions {
+            entry.clear();
+            push_field(&mut entry, 1, name);
+            push_field(&mut entry, 2, version);
+            push_name_field(&mut self.head, 5, &entry);
+        }
+        self
+    }
 }
 
 /// Appends a string field unless it is empty (the proto3 default is not encoded).
@@ -162,5 +178,11 @@ mod tests {
         let r = DeltaDiscoveryRequest::decode(&buf[..]).unwrap();
         assert_eq!(r.resource_names_subscribe.len(), 2);
         assert_eq!(r.resource_names_unsubscribe, ["gone"]);
+
+        let resume = Outgoing::delta(None, "t", b"", Bytes::new(), Vec::new())
+            .with_initial_versions([(&b"cluster-0"[..], &b"v0"[..]), (b"cluster-1", b"v1")]);
+        let r = DeltaDiscoveryRequest::decode(&resume.head[..]).unwrap();
+        assert_eq!(r.initial_resource_versions.len(), 2);
+        assert_eq!(r.initial_resource_versions["cluster-1"], "v1");
     }
 }

@@ -4,15 +4,24 @@
 //!
 //! - [`proto`]: reads responses in place (only the fields needed, no message decoding).
 //! - [`codec`]: the gRPC codec (pre-encoded requests, raw responses).
-//! - [`client`]: one client's protocol state: subscriptions, ACKs, what it holds.
+//! - [`client`]: one client's protocol state: subscriptions, ACKs, what it holds, reconnections.
 //! - [`track`]: what clients report and the coordinator measures (lock-free slots).
-//! - [`bench`](mod@bench): the run: storm, updates, report.
-//! - [`trigger`]: the HTTP trigger of an update; [`sys`]: `/proc` samples and the open-file limit.
+//! - [`bench`](mod@bench): the run: storm, (restart,) updates, final state, report; `checks`:
+//!   whether clients came back after a restart and hold the final state.
+//! - [`churn`]: connect / subscribe / disconnect cycles, and whether the server returns to its
+//!   baseline.
+//! - [`trigger`]: the HTTP trigger of an update; [`stats`]: the server's `/bench/stats` and a
+//!   background sampler; [`http`]: the HTTP GET both use; [`sys`]: `/proc` samples and the
+//!   open-file limit.
 
 pub mod bench;
+mod checks;
+pub mod churn;
 pub mod client;
 pub mod codec;
+pub mod http;
 pub mod proto;
+pub mod stats;
 pub mod sys;
 pub mod track;
 pub mod trigger;

@@ -157,11 +157,13 @@ pub fn delta_header(response: &[u8]) -> Result<Header<'_>, Malformed> {
 /// One entry of a `DeltaDiscoveryResponse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeltaEntry<'a> {
-    /// A resource (its `Resource.name` and the body of its `Any`; the body is empty for a
-    /// heartbeat).
+    /// A resource (its `Resource.name`, `Resource.version` and the body of its `Any`; the body
+    /// is empty for a heartbeat).
     Resource {
         /// `Resource.name`.
         name: &'a [u8],
+        /// `Resource.version`.
+        version: &'a [u8],
         /// `Resource.resource.value`.
         body: &'a [u8],
     },
@@ -177,15 +179,16 @@ pub fn delta_entries(
     for field in fields(response) {
         match field? {
             (2, Value::Bytes(resource)) => {
-                let (mut name, mut body) = (&[][..], &[][..]);
+                let (mut name, mut version, mut body) = (&[][..], &[][..], &[][..]);
                 for field in fields(resource) {
                     match field? {
+                        (1, Value::Bytes(b)) => version = b,
                         (3, Value::Bytes(b)) => name = b,
                         (2, Value::Bytes(any)) => body = first_bytes(any, 2)?.unwrap_or_default(),
                         _ => {}
                     }
                 }
-                f(DeltaEntry::Resource { name, body })?;
+                f(DeltaEntry::Resource { name, version, body })?;
             }
             (6, Value::Bytes(name)) => f(DeltaEntry::Removed(name))?,
             _ => {}
@@ -295,9 +298,9 @@ mod tests {
         let mut seen = Vec::new();
         delta_entries(&response, |e| {
             seen.push(match e {
-                DeltaEntry::Resource { name, body } => {
+                DeltaEntry::Resource { name, version, body } => {
                     let (n, port) = cla_name_and_port(body)?;
-                    assert_eq!(n, name);
+                    assert_eq!((n, version), (name, &b"abc"[..]));
                     format!("{}:{port}", String::from_utf8_lossy(name))
                 }
                 DeltaEntry::Removed(name) => format!("-{}", String::from_utf8_lossy(name)),

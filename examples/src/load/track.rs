@@ -5,8 +5,12 @@
 //! port is only known once the trigger answers, and a client may receive the new content before
 //! that: each slot records the port and time the client got, and whichever side sees the match
 //! second (client or coordinator) counts it, exactly once (compare-and-swap on the slot).
+//!
+//! It also keeps, per client, the port it holds of every cluster an update changes (to check the
+//! final state), its stream sessions (to see reconnections), and counts what was sent again after
+//! a reconnection.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -116,6 +120,22 @@ struct Updates {
     /// Per cluster index: the number (+1) of the update in flight for it, 0 for none.
     active: Box<[AtomicU32]>,
     list: Box<[Update]>,
+    /// Per cluster index: its row in `held` if an update changes it, `NOT_PLANNED` if none does.
+    row_of: Box<[u32]>,
+    /// Row by client: the port each client last got for each cluster an update changes (0: none).
+    held: Box<[AtomicU32]>,
+}
+
+/// In `Updates::row_of`: no update changes the cluster.
+const NOT_PLANNED: u32 = u32::MAX;
+
+/// A client's stream sessions.
+#[derive(Debug, Default)]
+struct Sessions {
+    /// Streams established so far.
+    opened: AtomicU32,
+    /// Whether the current one is up.
+    up: AtomicBool,
 }
 
 /// Shared by the clients and the coordinator.
@@ -123,6 +143,8 @@ struct Updates {
 pub struct Tracker {
     start: Instant,
     clients: usize,
+    /// The last `stuck` clients stop reading once they hold the initial configuration.
+    stuck: usize,
     ready: AtomicUsize,
     /// Per client: microseconds from the start until it held everything, +1; 0 for not yet.
     ready_at: Box<[AtomicU64]>,
@@ -132,6 +154,11 @@ pub struct Tracker {
     messages: AtomicU64,
     bytes: AtomicU64,
     updates: OnceLock<Updates>,
+    sessions: Box<[Sessions]>,
+    /// Streams re-established after a broken one, by every client.
+    reconnects: AtomicU64,
+    /// Resources received after a reconnection that the client already held at that version.
+    resent: AtomicU64,
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -139,11 +166,13 @@ fn micros(d: std::time::Duration) -> u64 {
 }
 
 impl Tracker {
-    /// A tracker for `clients` clients, its clock starting now.
-    pub fn new(clients: usize) -> Self {
+    /// A tracker for `clients` clients of which the last `stuck` stop reading once they hold the
+    /// initial configuration; its clock starts now.
+    pub fn new(clients: usize, stuck: usize) -> Self {
         Tracker {
             start: Instant::now(),
             clients,
+            stuck: stuck.min(clients),
             ready: AtomicUsize::new(0),
             ready_at: (0..clients).map(|_| AtomicU64::new(0)).collect(),
             clusters: AtomicUsize::new(0),
@@ -152,7 +181,60 @@ impl Tracker {
             messages: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             updates: OnceLock::new(),
+            sessions: (0..clients).map(|_| Sessions::default()).collect(),
+            reconnects: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
         }
+    }
+
+    /// Whether `client` is one of the stuck ones (the last `stuck` ids).
+    pub fn is_stuck(&self, client: usize) -> bool {
+        client >= self.clients - self.stuck
+    }
+
+    /// The number of stuck clients.
+    pub fn stuck(&self) -> usize {
+        self.stuck
+    }
+
+    /// A client's stream is established (the server answered its headers).
+    pub fn stream_up(&self, client: usize) {
+        let s = &self.sessions[client];
+        if s.opened.fetch_add(1, SeqCst) > 0 {
+            self.reconnects.fetch_add(1, SeqCst);
+        }
+        s.up.store(true, SeqCst);
+    }
+
+    /// A client's stream or connection broke (it may reconnect).
+    pub fn stream_down(&self, client: usize) {
+        self.sessions[client].up.store(false, SeqCst);
+    }
+
+    /// Per client: the number of streams established so far.
+    pub fn sessions(&self) -> Vec<u32> {
+        self.sessions.iter().map(|s| s.opened.load(SeqCst)).collect()
+    }
+
+    /// Whether `client` established a stream after its `before`-th and that stream is up.
+    pub fn reconnected(&self, client: usize, before: u32) -> bool {
+        let s = &self.sessions[client];
+        s.up.load(SeqCst) && s.opened.load(SeqCst) > before
+    }
+
+    /// Streams re-established after a broken one, by every client.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(SeqCst)
+    }
+
+    /// A client received, after a reconnection, `n` resources it already held at that version.
+    pub fn resent(&self, n: u64) {
+        self.resent.fetch_add(n, SeqCst);
+    }
+
+    /// Resources sent again after reconnections, by every client.
+    pub fn resent_total(&self) -> u64 {
+        self.resent.load(SeqCst)
     }
 
     /// Microseconds since the tracker started.
@@ -199,7 +281,7 @@ impl Tracker {
         self.clusters.load(SeqCst)
     }
 
-    /// A client's stream failed (it is not reconnected: the run reports it).
+    /// A client failed: its stream broke (without `--reconnect`) or it cannot go on.
     pub fn client_failed(&self, client: usize, error: String) {
         self.failed.fetch_add(1, SeqCst);
         let mut errors = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
@@ -228,7 +310,25 @@ impl Tracker {
             })
             .collect();
         let active = (0..clusters).map(|_| AtomicU32::new(0)).collect();
-        let _ = self.updates.set(Updates { active, list });
+        let mut row_of = vec![NOT_PLANNED; clusters].into_boxed_slice();
+        let mut rows = 0;
+        for &k in clusters_of {
+            if let Some(row) = row_of.get_mut(k as usize)
+                && *row == NOT_PLANNED
+            {
+                *row = rows;
+                rows += 1;
+            }
+        }
+        let held = (0..rows as usize * self.clients).map(|_| AtomicU32::new(0)).collect();
+        let _ = self.updates.set(Updates { active, list, row_of, held });
+    }
+
+    /// The port `client` last got for `cluster`, if an update changes that cluster (0: none yet).
+    pub fn held_port(&self, client: usize, cluster: u32) -> Option<u32> {
+        let ups = self.updates.get()?;
+        let row = *ups.row_of.get(cluster as usize)?;
+        (row != NOT_PLANNED).then(|| ups.held[row as usize * self.clients + client].load(SeqCst))
     }
 
     /// Update `u`.
@@ -275,6 +375,11 @@ impl Tracker {
     /// A client received ClusterLoadAssignment `cluster` with `port`.
     pub fn on_cla(&self, client: usize, cluster: u32, port: u32) {
         let Some(ups) = self.updates.get() else { return };
+        if let Some(&row) = ups.row_of.get(cluster as usize)
+            && row != NOT_PLANNED
+        {
+            ups.held[row as usize * self.clients + client].store(port, SeqCst);
+        }
         let Some(active) = ups.active.get(cluster as usize) else { return };
         let u = active.load(SeqCst);
         if u == 0 {
@@ -314,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_port_is_counted_once_whoever_sees_it_first() {
-        let t = Tracker::new(3);
+        let t = Tracker::new(3, 0);
         t.plan(4, &[2]);
         t.begin(0);
         t.on_cla(0, 2, 10001); // before the trigger answered
@@ -330,5 +435,21 @@ mod tests {
         assert_eq!((done.len(), missing), (2, vec![2]));
         t.end(0);
         assert!(!t.cluster_busy(2));
+        assert_eq!(t.held_port(1, 2), Some(10001));
+        assert_eq!(t.held_port(2, 2), Some(0));
+        assert_eq!(t.held_port(0, 3), None, "no update changes cluster 3");
+    }
+
+    #[test]
+    fn sessions_count_reconnections() {
+        let t = Tracker::new(2, 1);
+        assert!(!t.is_stuck(0) && t.is_stuck(1));
+        t.stream_up(0);
+        let before = t.sessions();
+        assert!(!t.reconnected(0, before[0]));
+        t.stream_down(0);
+        t.stream_up(0);
+        assert!(t.reconnected(0, before[0]));
+        assert_eq!(t.reconnects(), 1);
     }
 }

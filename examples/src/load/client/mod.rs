@@ -1,21 +1,28 @@
 //! One simulated xDS client: its own HTTP/2 connection and ADS stream (SotW or delta), a wildcard
 //! Cluster subscription and the ClusterLoadAssignments of (a subset of) the clusters it gets.
 //! It ACKs every response as a real client would, and reports to the [`Tracker`].
+//!
+//! With [`Config::reconnect`] a client whose stream or connection breaks reconnects with backoff
+//! and resumes: a delta client declares what it holds (`initial_resource_versions`), a SotW client
+//! re-requests with the versions it last got. A stuck client ([`Tracker::is_stuck`]) stops reading
+//! its stream once it holds the initial configuration.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Endpoint;
+use tokio::sync::mpsc;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
+use xds_proto::{ResourceType, TypeUrl};
 
-use super::codec::{Outgoing, RawCodec, push_name};
+use super::codec::{Outgoing, push_name};
 use super::proto::{self, DeltaEntry, Malformed};
 use super::track::{Subset, Tracker};
+use holdings::{Holdings, body_hash, hold};
+pub use session::{open_ads, run, wildcard_clusters};
+
+mod holdings;
+mod session;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -45,6 +52,9 @@ pub struct Config {
     pub names: NameCache,
     /// Bounds the connections being opened at once (`None`: all at once).
     pub connect_permits: Option<Arc<tokio::sync::Semaphore>>,
+    /// Whether a client whose stream or connection breaks reconnects (with backoff) and resumes;
+    /// otherwise it fails.
+    pub reconnect: bool,
 }
 
 /// Encoded EDS name lists, shared by the clients that subscribe to the same subset (with every
@@ -89,60 +99,19 @@ pub fn split_index(name: &[u8]) -> Result<(&[u8], u32), Malformed> {
     Ok((prefix, index))
 }
 
-/// Runs client `id` until `stop` is set; a failure is reported to `tracker`.
-pub async fn run(
-    config: Arc<Config>,
-    id: usize,
-    tracker: Arc<Tracker>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let result = tokio::select! {
-        r = session(&config, id, &tracker) => r,
-        _ = stop.wait_for(|s| *s) => Ok(()),
-    };
-    if let Err(e) = result {
-        tracker.client_failed(id, e.to_string());
-    }
-}
-
-async fn session(config: &Config, id: usize, tracker: &Tracker) -> Result<(), Error> {
-    let permit = match &config.connect_permits {
-        Some(permits) => Some(permits.clone().acquire_owned().await?),
-        None => None,
-    };
-    let channel = Endpoint::from_shared(config.server.clone())?
-        .connect_timeout(config.connect_timeout)
-        .initial_stream_window_size(config.window)
-        .initial_connection_window_size(config.window)
-        .tcp_nodelay(true)
-        .connect()
-        .await?;
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
-    grpc.ready().await?;
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut client = Client::new(config, id, tracker, tx);
-    client.start()?;
-    let method = match config.mode {
-        Mode::Sotw => ADS_SOTW_METHOD,
-        Mode::Delta => ADS_DELTA_METHOD,
-    };
-    let path = PathAndQuery::try_from(format!("/{ADS_SERVICE}/{method}"))?;
-    let requests = tonic::Request::new(UnboundedReceiverStream::new(rx));
-    let mut responses = grpc.streaming(requests, path, RawCodec).await?.into_inner();
-    drop(permit);
-    while let Some(message) = responses.message().await? {
-        tracker.received(message.len());
-        client.on_message(&message)?;
-    }
-    Err("the server ended the stream".into())
-}
-
-/// The state of one client.
+/// The state of one client; it outlives its streams.
 struct Client<'a> {
     config: &'a Config,
     id: usize,
     tracker: &'a Tracker,
-    tx: mpsc::UnboundedSender<Outgoing>,
+    /// The current stream's requests.
+    tx: Option<mpsc::UnboundedSender<Outgoing>>,
+    /// Whether the client stops reading once ready.
+    stuck: bool,
+    /// Streams established so far.
+    sessions: u32,
+    /// With `--reconnect`: what it holds, to resume.
+    held: Option<Holdings>,
     node: Node,
     cds: TypeUrl,
     eds: TypeUrl,
@@ -158,6 +127,8 @@ struct Client<'a> {
     /// Subscribed ClusterLoadAssignments not held yet.
     missing: usize,
     ready: bool,
+    /// SotW: the last CDS response's version, sent again on a reconnection.
+    cds_version: Vec<u8>,
     /// SotW: the last EDS response's version and nonce, sent with a subscription change.
     eds_version: Vec<u8>,
     eds_nonce: Vec<u8>,
@@ -171,17 +142,15 @@ const NONE: u32 = 0;
 const NO_PORT: u32 = u32::MAX;
 
 impl<'a> Client<'a> {
-    fn new(
-        config: &'a Config,
-        id: usize,
-        tracker: &'a Tracker,
-        tx: mpsc::UnboundedSender<Outgoing>,
-    ) -> Self {
+    fn new(config: &'a Config, id: usize, tracker: &'a Tracker) -> Self {
         Client {
             config,
             id,
             tracker,
-            tx,
+            tx: None,
+            stuck: tracker.is_stuck(id),
+            sessions: 0,
+            held: config.reconnect.then(Holdings::default),
             node: Node {
                 id: format!("load-{id}"),
                 cluster: "xds-load".into(),
@@ -198,6 +167,7 @@ impl<'a> Client<'a> {
             ports: Vec::new(),
             missing: 0,
             ready: false,
+            cds_version: Vec::new(),
             eds_version: Vec::new(),
             eds_nonce: Vec::new(),
             scratch: Vec::new(),
@@ -205,21 +175,63 @@ impl<'a> Client<'a> {
     }
 
     fn send(&self, request: Outgoing) -> Result<(), Error> {
-        self.tx.send(request).map_err(|_| "the request stream is closed".into())
+        let tx = self.tx.as_ref().ok_or("no stream")?;
+        tx.send(request).map_err(|_| "the request stream is closed".into())
     }
 
-    /// The first request: every cluster (the node goes with it only).
+    /// Whether this is a stream after the first: what arrives may be held already.
+    fn resumed(&self) -> bool {
+        self.sessions > 1
+    }
+
+    /// The first requests of a stream: every cluster (the node goes with it only) and, on a
+    /// reconnection, the endpoints it subscribed to, declaring what it holds (delta) or the
+    /// versions it last got (SotW). The nonces of the old stream mean nothing on the new one.
     fn start(&mut self) -> Result<(), Error> {
-        let node = Some(&self.node);
-        let cds = self.cds.as_str();
-        self.send(match self.config.mode {
-            Mode::Sotw => Outgoing::sotw(node, cds, b"", b"", Bytes::new()),
-            Mode::Delta => {
-                let mut star = Vec::new();
-                push_name(&mut star, b"*");
-                Outgoing::delta(node, cds, b"", Bytes::from(star), Vec::new())
+        let (cds, eds) = (self.cds.as_str(), self.eds.as_str());
+        let Some(held) = &self.held else {
+            return self.send(wildcard_clusters(self.config.mode, &self.node));
+        };
+        let list = self.subset.map(|subset| (subset, self.config.names.get(&self.prefix, subset)));
+        match self.config.mode {
+            Mode::Sotw => {
+                let node = Some(&self.node);
+                self.send(Outgoing::sotw(node, cds, &self.cds_version, b"", Bytes::new()))?;
+                if let Some((_, list)) = list {
+                    self.send(Outgoing::sotw(None, eds, &self.eds_version, b"", list))?;
+                }
             }
-        })
+            Mode::Delta => {
+                let clusters = self.named(&held.cds, |_| true);
+                let first = wildcard_clusters(Mode::Delta, &self.node)
+                    .with_initial_versions(clusters.iter().map(|(n, v)| (&n[..], *v)));
+                self.send(first)?;
+                if let Some((subset, list)) = list {
+                    let endpoints = self.named(&held.eds, |i| subset.contains(i));
+                    let request = Outgoing::delta(None, eds, b"", list, Vec::new())
+                        .with_initial_versions(endpoints.iter().map(|(n, v)| (&n[..], *v)));
+                    self.send(request)?;
+                }
+            }
+        }
+        // The nonces of the old stream mean nothing on the new one.
+        self.eds_nonce.clear();
+        Ok(())
+    }
+
+    /// The names (`prefix{index}`) and identities of what `held` holds among `include`.
+    fn named<'h>(
+        &self,
+        held: &'h [Option<Box<[u8]>>],
+        include: impl Fn(u32) -> bool,
+    ) -> Vec<(Vec<u8>, &'h [u8])> {
+        let prefix = String::from_utf8_lossy(&self.prefix);
+        held.iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i as u32, v.as_deref()?)))
+            .filter(|&(i, _)| include(i))
+            .map(|(i, v)| (format!("{prefix}{i}").into_bytes(), v))
+            .collect()
     }
 
     fn on_message(&mut self, message: &[u8]) -> Result<(), Error> {
@@ -230,7 +242,7 @@ impl<'a> Client<'a> {
         let (version, nonce) = (header.version, header.nonce);
         if header.type_url == self.cds.as_str().as_bytes() {
             match self.config.mode {
-                Mode::Sotw => self.sotw_clusters(message)?,
+                Mode::Sotw => self.sotw_clusters(message, version)?,
                 Mode::Delta => self.delta_clusters(message)?,
             }
             self.resubscribe()?;
@@ -239,7 +251,8 @@ impl<'a> Client<'a> {
                 Mode::Sotw => {
                     proto::sotw_resources(message, |body| {
                         let (name, port) = proto::cla_name_and_port(body)?;
-                        self.on_cla(name, Some(port))
+                        let identity = self.held.is_some().then(|| body_hash(body));
+                        self.on_cla(name, Some(port), identity.as_ref().map(|h| &h[..]))
                     })?;
                     self.eds_version.clear();
                     self.eds_version.extend_from_slice(version);
@@ -249,15 +262,19 @@ impl<'a> Client<'a> {
                 Mode::Delta => proto::delta_entries(message, |entry| match entry {
                     // A heartbeat carries no body: nothing changes.
                     DeltaEntry::Resource { body: [], .. } => Ok(()),
-                    DeltaEntry::Resource { body, .. } => {
+                    DeltaEntry::Resource { body, version, .. } => {
                         let (name, port) = proto::cla_name_and_port(body)?;
-                        self.on_cla(name, Some(port))
+                        self.on_cla(name, Some(port), Some(version))
                     }
-                    DeltaEntry::Removed(name) => self.on_cla(name, None),
+                    DeltaEntry::Removed(name) => self.on_cla(name, None, None),
                 })?,
             }
         }
         self.check_ready();
+        if self.stuck && self.ready {
+            // A stuck client never ACKs again.
+            return Ok(());
+        }
         // ACK: SotW names the version and (for EDS) every subscribed name again.
         let type_url = std::str::from_utf8(header.type_url).map_err(|_| "type URL not UTF-8")?;
         self.send(match self.config.mode {
@@ -275,31 +292,57 @@ impl<'a> Client<'a> {
     }
 
     /// A SotW Cluster response: the full set.
-    fn sotw_clusters(&mut self, message: &[u8]) -> Result<(), Error> {
+    fn sotw_clusters(&mut self, message: &[u8], version: &[u8]) -> Result<(), Error> {
         let mut indices = std::mem::take(&mut self.scratch);
         indices.clear();
+        // Full state: what the response does not name is gone, so the holdings are rebuilt.
+        let old = self.held.as_mut().map(|h| std::mem::take(&mut h.cds));
+        let mut next = Vec::new();
+        let mut resent = 0;
         proto::sotw_resources(message, |body| {
             let (prefix, index) = split_index(proto::cluster_name(body)?)?;
             self.check_prefix(prefix)?;
             indices.push(index);
+            if let Some(old) = &old {
+                let (i, identity) = (index as usize, body_hash(body));
+                let before = old.get(i).and_then(|v| v.as_deref());
+                resent += u64::from(before == Some(&identity[..]));
+                hold(&mut next, i, Some(&identity));
+            }
             Ok(())
         })?;
+        if let Some(held) = &mut self.held {
+            held.cds = next;
+            if self.resumed() {
+                self.tracker.resent(resent);
+            }
+        }
         self.clusters = indices.len();
         self.scratch = indices;
         self.cds_seen = true;
+        self.cds_version.clear();
+        self.cds_version.extend_from_slice(version);
         Ok(())
     }
 
     /// A delta Cluster response: additions and removals.
     fn delta_clusters(&mut self, message: &[u8]) -> Result<(), Error> {
         proto::delta_entries(message, |entry| {
-            let (name, add) = match entry {
-                DeltaEntry::Resource { name, .. } => (name, true),
-                DeltaEntry::Removed(name) => (name, false),
+            let (name, version) = match entry {
+                DeltaEntry::Resource { name, version, .. } => (name, Some(version)),
+                DeltaEntry::Removed(name) => (name, None),
             };
+            let add = version.is_some();
             let (prefix, index) = split_index(name)?;
             self.check_prefix(prefix)?;
             let i = index as usize;
+            let resumed = self.resumed();
+            if let Some(held) = &mut self.held
+                && hold(&mut held.cds, i, version)
+                && resumed
+            {
+                self.tracker.resent(1);
+            }
             if i >= self.present.len() {
                 self.present.resize(i + 1, false);
             }
@@ -371,12 +414,24 @@ impl<'a> Client<'a> {
         }
     }
 
-    /// A ClusterLoadAssignment arrived with the port of its first endpoint (0: none), or was
-    /// removed (`None`).
-    fn on_cla(&mut self, name: &[u8], port: Option<u32>) -> Result<(), Malformed> {
+    /// A ClusterLoadAssignment arrived with the port of its first endpoint (0: none) and its
+    /// identity (see [`Holdings`]), or was removed (`None`).
+    fn on_cla(
+        &mut self,
+        name: &[u8],
+        port: Option<u32>,
+        identity: Option<&[u8]>,
+    ) -> Result<(), Malformed> {
         let (_, index) = split_index(name)?;
         if !self.subset.is_some_and(|s| s.contains(index)) {
             return Ok(());
+        }
+        let resumed = self.resumed();
+        if let Some(held) = &mut self.held
+            && hold(&mut held.eds, index as usize, identity.filter(|_| port.is_some()))
+            && resumed
+        {
+            self.tracker.resent(1);
         }
         let held = match port {
             None => NONE,
