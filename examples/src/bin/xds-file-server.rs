@@ -134,8 +134,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(FileWriter::new(dir, format).follow(cache.clone(), Node::default(), types));
     }
 
+    // Both ports listen before either serves: once /healthz answers, gRPC clients can connect.
+    let grpc_incoming = tonic::transport::server::TcpIncoming::bind(args.grpc_addr)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.grpc_addr))?
+        .with_nodelay(Some(true));
     let http = http_router(&server, state.clone());
-    let listener = tokio::net::TcpListener::bind(args.http_addr).await?;
+    let listener = tokio::net::TcpListener::bind(args.http_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.http_addr))?;
     let http_shutdown = server.shutting_down();
     tokio::spawn(async move {
         let served = axum::serve(listener, http).with_graceful_shutdown(http_shutdown).await;
@@ -167,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Let streams deliver their UNAVAILABLE before connections are closed.
         tokio::time::sleep(Duration::from_millis(200).min(grace)).await;
     };
-    grpc.add_routes(server.routes()).serve_with_shutdown(args.grpc_addr, shutdown).await?;
+    grpc.add_routes(server.routes()).serve_with_incoming_shutdown(grpc_incoming, shutdown).await?;
     Ok(())
 }
 
