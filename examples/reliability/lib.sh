@@ -2,7 +2,7 @@
 # of the target dir (a concurrent build cannot swap them mid-run), starts and stops
 # xds-bench-server on loopback, runs xds-load against it, cleans up on exit.
 #
-# Env: GRPC_PORT / HTTP_PORT (18200 / 18201), BUILD=0 to use target/release as it is,
+# Env: GRPC_PORT / HTTP_PORT (18200 / 18201), BUILD=0 to use target/release as it is, PROFILE=debug,
 # KEEP=1 to keep the work dir (server logs, reports).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -22,12 +22,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Builds (unless BUILD=0) and copies xds-load and xds-bench-server into the work dir.
+# Builds (unless BUILD=0) and copies xds-load and xds-bench-server into the work dir; PROFILE=debug
+# takes the debug binaries instead (CI's smoke run, which shares the test build).
 build() {
+  local profile="${PROFILE:-release}"
   if [ "${BUILD:-1}" != 0 ]; then
-    cargo build --release -p examples --bin xds-load --bin xds-bench-server
+    if [ "$profile" = release ]; then
+      cargo build --release -p examples --bin xds-load --bin xds-bench-server
+    else
+      cargo build -p examples --bin xds-load --bin xds-bench-server
+    fi
   fi
-  local target="${CARGO_TARGET_DIR:-target}/release"
+  local target="${CARGO_TARGET_DIR:-target}/$profile"
   cp "$target/xds-load" "$target/xds-bench-server" "$WORK/"
 }
 
