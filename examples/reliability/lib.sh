@@ -42,6 +42,7 @@ build() {
 start_server() {
   STARTS=$((STARTS + 1))
   SERVER_LOG="$WORK/server-$STARTS.log"
+  : >"$SERVER_LOG"
   "$WORK/xds-bench-server" --grpc-addr "$GRPC" --http-addr "$HTTP" "$@" >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 300); do
