@@ -47,10 +47,12 @@ impl<R: Resource> DeltaSubStream<R> {
     pub fn handle_request(&mut self, request: DeltaRequest) -> Handled {
         let kind = self.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
         let first = kind == RequestKind::Initial;
+        let mut declared_names = Vec::new();
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
             for (name, version) in request.initial_resource_versions {
-                self.tracker.hold(name.into(), Held::Declared(version.into()));
+                self.tracker.hold(name.as_str().into(), Held::Declared(version.into()));
+                declared_names.push(name);
             }
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
@@ -72,6 +74,14 @@ impl<R: Resource> DeltaSubStream<R> {
             }
         }
         self.tracker.subscription_shrank(&change.removed, &self.subscription);
+        if !self.subscription.is_wildcard() {
+            // Rule D7 is about what the client subscribes to: a declared name outside the
+            // subscription is forgotten, as the client drops what it does not subscribe to.
+            // Kept, a removal of it could be put off (rule O1) and the server would go on
+            // believing the client holds it.
+            declared_names.retain(|name| !self.subscription.has_name(name));
+            self.tracker.subscription_shrank(&declared_names, &self.subscription);
+        }
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }
 

@@ -240,7 +240,12 @@ impl<R: Resource> Tracker<R> {
                 self.unhold(name);
             }
             None => match self.held.get(name) {
-                Some(HeldRef::Sent(_) | HeldRef::Declared(_)) if removals == Removals::Defer => {
+                // Rule O1 puts a removal off, unless the client just (re)subscribed to the name
+                // (rules D2, S12): it waits for that answer, and ordering must never hold back
+                // what a client waits for (rule O2).
+                Some(HeldRef::Sent(_) | HeldRef::Declared(_))
+                    if removals == Removals::Defer && !forced =>
+                {
                     self.deferred.insert(name.to_owned());
                 }
                 Some(HeldRef::Sent(_) | HeldRef::Declared(_)) => {

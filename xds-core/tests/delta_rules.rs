@@ -260,3 +260,47 @@ fn o1_delta_removals_can_wait_for_the_routes() {
     assert_eq!(r.removed_resources, names(&["old"]));
     assert!(!s.has_deferred_removals());
 }
+
+#[test]
+fn d07_declared_names_outside_the_subscription_are_not_held() {
+    // Found by the `core_delta` fuzz target. A name declared on reconnect but not subscribed to
+    // used to stay held; when it was gone, its removal could be put off (rule O1), and when it
+    // came back at the declared version the client, which had dropped it, never heard of it.
+    let mut n = nonces();
+    let mut view = MemView::default();
+    let mut s = DeltaSubStream::new(EDS);
+    let declared = BTreeMap::from([("a".to_owned(), "0".to_owned())]);
+    let _ = s.handle_request(DeltaRequest {
+        subscribe: names(&["b"]),
+        initial_resource_versions: declared,
+        ..Default::default()
+    });
+    assert_eq!(s.held().count(), 0, "only subscribed names are held");
+    let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("b".to_owned(), None)]);
+    assert!(r.removed_resources.is_empty() && !s.has_deferred_removals());
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    // Subscribed later, it is answered (rule D6), and sent once it exists.
+    let _ = s.handle_request(delta(&["a"], &[], ""));
+    let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("a".to_owned(), None)]);
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    view.set("a", "0");
+    let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(delta_items(&r), [("a".to_owned(), Some("0".to_owned()))]);
+}
+
+#[test]
+fn o2_a_resubscribe_of_a_held_resource_is_answered_while_removals_wait() {
+    // The same with a resource the client got on this stream: it re-subscribes (as Envoy does
+    // for the endpoints of an updated cluster) while the deletion of that resource is put off.
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1")]);
+    let mut s = started(EDS, &["a"], &view, &mut n);
+    view.delete("a");
+    assert!(s.poll_response_deferring_removals(&view, &mut n).is_none());
+    let _ = s.handle_request(delta(&["a"], &[], ""));
+    let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
+    assert_eq!(r.removed_resources, names(&["a"]));
+    assert!(!s.has_deferred_removals());
+}
