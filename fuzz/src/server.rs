@@ -32,8 +32,11 @@ const DEADLINE: Duration = Duration::from_secs(5);
 const MAX_FRAMES: usize = 64;
 /// Node ids: the first two have a snapshot.
 const NODES: [&str; 4] = ["n1", "n2", "", "nobody"];
-/// A custom type the second server knows (wildcard-capable).
-const CUSTOM: &str = "type.googleapis.com/fuzz.Custom";
+/// A custom type the second server knows (wildcard-capable): a real message that is no xDS
+/// resource type.
+fn custom() -> String {
+    <xds_proto::pb::envoy::config::core::v3::Address as prost::Name>::type_url()
+}
 /// Names requests carry: the resources' and a few that do not exist.
 const NAMES: [&str; 8] = ["c1", "l1", "r1", "s1", "r1/vh", "*", "missing", ""];
 
@@ -87,7 +90,7 @@ fn servers() -> &'static Servers {
             },
             allow_anonymous: true,
             control_plane_id: Some("fuzz".into()),
-            custom_types: vec![CustomType::new(CUSTOM).wildcard_capable(true)],
+            custom_types: vec![CustomType::new(custom()).wildcard_capable(true)],
             ..quick.clone()
         };
         let servers = [
@@ -137,7 +140,7 @@ impl TypeChoice {
                 ResourceType::ALL[usize::from(*i) % ResourceType::ALL.len()].type_url().to_owned()
             }
             TypeChoice::Empty => String::new(),
-            TypeChoice::Custom => CUSTOM.to_owned(),
+            TypeChoice::Custom => custom(),
             TypeChoice::Any(s) => s.clone(),
         }
     }
