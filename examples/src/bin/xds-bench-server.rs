@@ -64,7 +64,8 @@ struct Args {
     /// Where /bench/update, /bench/stats, /healthz, /metrics and REST-JSON listen.
     #[arg(long, default_value = "127.0.0.1:18001")]
     http_addr: SocketAddr,
-    /// Seconds between HTTP/2 keepalive pings to each client (0: none). Off by default: a
+    /// Seconds between HTTP/2 keepalive pings to each client, each answered within 10 s as
+    /// `xds-file-server` requires (0: none). Off by default: a
     /// loopback benchmark has no dead peers to find, and during a storm that saturates the CPU
     /// (5,000 clients joining at once, 10,000 clusters each) a connection's task is polled too
     /// late to read the PONG before its timeout, and the server drops healthy clients.
@@ -308,7 +309,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keepalive = (args.keepalive_s > 0).then(|| Duration::from_secs(args.keepalive_s));
     tonic::transport::Server::builder()
         .http2_keepalive_interval(keepalive)
-        .http2_keepalive_timeout(keepalive.map(|_| Duration::from_secs(20)))
+        .http2_keepalive_timeout(keepalive.map(|_| Duration::from_secs(10)))
         .add_routes(server.routes())
         .serve_with_incoming_shutdown(incoming, async {
             let _ = tokio::signal::ctrl_c().await;
