@@ -113,8 +113,9 @@ pub struct Header<'a> {
     pub nonce: &'a [u8],
 }
 
-/// The header of a SotW `DiscoveryResponse`.
-pub fn sotw_header(response: &[u8]) -> Result<Header<'_>, Malformed> {
+/// The header of a `DiscoveryResponse` or a `DeltaDiscoveryResponse`: both carry the version
+/// (`version_info` / `system_version_info`), the type URL and the nonce as fields 1, 4 and 5.
+pub fn header(response: &[u8]) -> Result<Header<'_>, Malformed> {
     let mut h = Header::default();
     for field in fields(response) {
         match field? {
@@ -138,20 +139,6 @@ pub fn sotw_resources(
         }
     }
     Ok(())
-}
-
-/// The header of a `DeltaDiscoveryResponse`.
-pub fn delta_header(response: &[u8]) -> Result<Header<'_>, Malformed> {
-    let mut h = Header::default();
-    for field in fields(response) {
-        match field? {
-            (1, Value::Bytes(b)) => h.version = b,
-            (4, Value::Bytes(b)) => h.type_url = b,
-            (5, Value::Bytes(b)) => h.nonce = b,
-            _ => {}
-        }
-    }
-    Ok(h)
 }
 
 /// One entry of a `DeltaDiscoveryResponse`.
@@ -265,7 +252,7 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec();
-        let h = sotw_header(&response).unwrap();
+        let h = header(&response).unwrap();
         assert_eq!((h.version, h.type_url, h.nonce), (&b"v1"[..], &b"t"[..], &b"n1"[..]));
         let mut bodies = Vec::new();
         sotw_resources(&response, |b| {
@@ -294,7 +281,7 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec();
-        assert_eq!(delta_header(&response).unwrap().nonce, b"n");
+        assert_eq!(header(&response).unwrap().nonce, b"n");
         let mut seen = Vec::new();
         delta_entries(&response, |e| {
             seen.push(match e {

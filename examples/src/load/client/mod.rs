@@ -235,10 +235,7 @@ impl<'a> Client<'a> {
     }
 
     fn on_message(&mut self, message: &[u8]) -> Result<(), Error> {
-        let header = match self.config.mode {
-            Mode::Sotw => proto::sotw_header(message)?,
-            Mode::Delta => proto::delta_header(message)?,
-        };
+        let header = proto::header(message)?;
         let (version, nonce) = (header.version, header.nonce);
         if header.type_url == self.cds.as_str().as_bytes() {
             match self.config.mode {
