@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the Rust workspace (unit, integration, property and doc tests,
-# a smoke run of the benchmarks), then the interop test with a real xDS client (Python grpcio),
+# a smoke run of the benchmarks and of the benchmark tools), then the interop test with a real xDS client (Python grpcio),
 # which this script installs into target/interop-venv itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,22 +9,19 @@ echo "== cargo test (workspace, benches as smoke tests)"
 cargo test --workspace
 cargo test --workspace --benches
 
-echo "== benchmark tools smoke run: xds-bench-server + xds-load (a few clients, a few updates)"
-bash examples/bench-smoke.sh
-
 echo "== reliability scripts smoke run (debug binaries, a few clients; the full runs: docs/reliability.md)"
 export PROFILE=debug BUILD=0 GRPC_PORT=18110 HTTP_PORT=18111
 # Few cycles: the RSS bound is loose here (the allocator is still warming up); tasks and streams
 # must still come back to the baseline.
-CYCLES=200 WARMUP=100 MAX_RSS_GROWTH_PCT=50 timeout 120 bash examples/reliability/churn.sh
-CLIENTS=10 CLUSTERS=100 UPDATES=5 RESTART_WAIT_S=30 timeout 120 bash examples/reliability/restart.sh
-CLIENTS=10 STUCK=2 CLUSTERS=100 UPDATES=5 timeout 120 bash examples/reliability/stuck.sh
+CYCLES=200 WARMUP=100 MAX_RSS_GROWTH_PCT=50 timeout 120 bash examples/xds-bench/reliability/churn.sh
+CLIENTS=10 CLUSTERS=100 UPDATES=5 RESTART_WAIT_S=30 timeout 120 bash examples/xds-bench/reliability/restart.sh
+CLIENTS=10 STUCK=2 CLUSTERS=100 UPDATES=5 timeout 120 bash examples/xds-bench/reliability/stuck.sh
 unset PROFILE BUILD GRPC_PORT HTTP_PORT
 
 echo "== interop: Python grpcio xDS client through xds-file-server"
-# `cargo test` built the binaries already (the examples package has integration tests); building
-# them again with `-p examples` would resolve other features and rebuild every dependency.
-[ -x target/debug/xds-file-server ] || cargo build -p examples --bin xds-file-server
+# `cargo test --workspace` built the binary already (its package has integration tests); building
+# it again with `-p xds-file-server` alone could resolve other features and rebuild dependencies.
+[ -x target/debug/xds-file-server ] || cargo build -p xds-file-server
 venv=target/interop-venv
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

@@ -412,7 +412,7 @@ def main():
     args = parser.parse_args()
     server_bin = os.path.abspath(args.server)
     if not os.access(server_bin, os.X_OK):
-        print(f"FAIL started: no executable at {server_bin} (cargo build -p examples --bin xds-file-server)")
+        print(f"FAIL started: no executable at {server_bin} (cargo build -p xds-file-server)")
         print(f"0 passed, {len(STEPS)} failed")
         return 1
 

@@ -56,9 +56,9 @@ pub(crate) fn config_parse(data: &[u8]) {
         // The whole configuration loader, as YAML and as JSON.
         0 | 1 => {
             for file in ["fuzz.yaml", "fuzz.json"] {
-                match examples::config::parse_str(Path::new(file), &text) {
+                match xds_file_server::config::parse_str(Path::new(file), &text) {
                     Ok(config) => {
-                        assert!(config.groups.contains_key(examples::config::DEFAULT_GROUP));
+                        assert!(config.groups.contains_key(xds_file_server::config::DEFAULT_GROUP));
                     }
                     Err(e) => {
                         let shown = e.to_string();

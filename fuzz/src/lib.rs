@@ -55,7 +55,7 @@ pub fn server_request(data: &[u8]) {
     server::server_request(data);
 }
 
-/// `config_parse`: text through `examples::config::parse_str` (as YAML and as JSON), through
+/// `config_parse`: text through `xds_file_server::config::parse_str` (as YAML and as JSON), through
 /// `xds_proto::from_yaml_str` and `from_json_str` for every built-in resource type, and through
 /// `xds_proto::yaml_to_json`.
 ///

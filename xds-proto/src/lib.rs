@@ -21,6 +21,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod builders;
 mod canonical;
 mod descriptor;
 mod encoded;

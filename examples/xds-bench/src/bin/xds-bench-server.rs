@@ -1,0 +1,319 @@
+//! A control plane in bench mode: N EDS clusters (`cluster-{i}`, endpoints over ADS) with M
+//! endpoints each, one listener and one route, served to every node; `GET /bench/update?i=K`
+//! moves cluster K's endpoints to a new port and answers it once published; `GET /bench/stats`
+//! answers the server's own figures as JSON (`{"tasks":N,"streams":N,"rss_bytes":N,"cpu_s":F}`:
+//! tasks alive in its runtime, open xDS streams, resident memory, CPU seconds), for the
+//! reliability runs of `xds-load` (churn, stuck clients, soak).
+//!
+//! Each type lives in its own `LinearCache` (behind a `MuxCache`): one ClusterLoadAssignment
+//! update encodes that one resource and costs O(log N) in the cache, whatever N. (A
+//! `SnapshotCache` would copy the snapshot's map of N resources and compare them on every update:
+//! O(N) per update.)
+//!
+//! ```text
+//! xds-bench-server --clusters 10000 --endpoints 3
+//! curl 'http://127.0.0.1:18001/bench/update?i=42'   # -> 10000
+//! curl 'http://127.0.0.1:18001/bench/stats'          # -> {"tasks":7,"streams":0,...}
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use clap::Parser;
+use tonic::transport::server::TcpIncoming;
+use xds_bench::sys;
+use xds_cache::{LinearCache, MuxCache};
+use xds_proto::builders::{ads_source, eds_cluster, endpoints};
+use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+use xds_proto::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
+use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_proto::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use xds_proto::pb::envoy::config::route::v3::route::Action;
+use xds_proto::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+use xds_proto::pb::envoy::config::route::v3::route_match::PathSpecifier;
+use xds_proto::pb::envoy::config::route::v3::{
+    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
+};
+use xds_proto::pb::envoy::extensions::filters::http::router::v3::Router;
+use xds_proto::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::RouteSpecifier, http_filter,
+};
+use xds_proto::pb::google::protobuf::Any;
+use xds_proto::prost::{Message, Name};
+use xds_proto::{EncodedResource, ResourceType};
+use xds_server::{ServerConfig, XdsServer};
+
+/// Serve N EDS clusters with M endpoints each to every node, and update them on request.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// How many clusters (each with its own ClusterLoadAssignment).
+    #[arg(long, default_value_t = 10_000)]
+    clusters: u32,
+    /// How many endpoints per cluster.
+    #[arg(long, default_value_t = 3)]
+    endpoints: u32,
+    /// Where gRPC xDS listens.
+    #[arg(long, default_value = "127.0.0.1:18000")]
+    grpc_addr: SocketAddr,
+    /// Where /bench/update, /bench/stats, /healthz, /metrics and REST-JSON listen.
+    #[arg(long, default_value = "127.0.0.1:18001")]
+    http_addr: SocketAddr,
+    /// Seconds between HTTP/2 keepalive pings to each client, each answered within 10 s as
+    /// `xds-file-server` requires (0: none). Off by default: a
+    /// loopback benchmark has no dead peers to find, and during a storm that saturates the CPU
+    /// (5,000 clients joining at once, 10,000 clusters each) a connection's task is polled too
+    /// late to read the PONG before its timeout, and the server drops healthy clients.
+    #[arg(long, default_value_t = 0)]
+    keepalive_s: u64,
+    /// Log filter.
+    #[arg(long, default_value = "warn")]
+    log: String,
+}
+
+/// The first port of every cluster; updates use 10000 and up.
+const INITIAL_PORT: u32 = 8080;
+
+/// What the update handler needs.
+struct Bench {
+    cla: LinearCache,
+    clusters: u32,
+    endpoints: u32,
+    updates: AtomicU32,
+}
+
+impl Bench {
+    /// Cluster `i`'s endpoints, all on `port`: `10.x.y.z`, distinct across clusters.
+    fn cla(&self, i: u32, port: u32) -> ClusterLoadAssignment {
+        let hosts: Vec<String> = (0..self.endpoints)
+            .map(|j| {
+                let n = i.wrapping_mul(self.endpoints).wrapping_add(j);
+                format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
+            })
+            .collect();
+        let hosts: Vec<(&str, u32)> = hosts.iter().map(|h| (h.as_str(), port)).collect();
+        endpoints(&format!("cluster-{i}"), &hosts)
+    }
+}
+
+fn pack<M: Message + Name>(m: &M) -> Any {
+    Any { type_url: M::type_url(), value: m.encode_to_vec() }
+}
+
+/// A listener on port 10000 whose routes come from RDS `route-0` over ADS.
+fn listener() -> Listener {
+    let hcm = HttpConnectionManager {
+        stat_prefix: "ingress".into(),
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(ads_source()),
+            route_config_name: "route-0".into(),
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                type_url: <Router as xds_proto::prost::Name>::type_url(),
+                value: Vec::new(),
+            })),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Listener {
+        name: "listener-0".into(),
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: "0.0.0.0".into(),
+                port_specifier: Some(socket_address::PortSpecifier::PortValue(10000)),
+                ..Default::default()
+            })),
+        }),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// `route-0`: everything to `cluster-0`.
+fn route() -> RouteConfiguration {
+    RouteConfiguration {
+        name: "route-0".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(PathSpecifier::Prefix("/".into())),
+                    ..Default::default()
+                }),
+                action: Some(Action::Route(RouteAction {
+                    cluster_specifier: Some(ClusterSpecifier::Cluster("cluster-0".into())),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The query of `/bench/update`.
+#[derive(serde::Deserialize)]
+struct UpdateQuery {
+    i: u32,
+}
+
+/// The query of `/status`: one node, or every stream.
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    node: Option<String>,
+}
+
+/// Moves cluster `i`'s endpoints to a new port; answers the port once the cache has it.
+async fn update(
+    State(bench): State<Arc<Bench>>,
+    Query(q): Query<UpdateQuery>,
+) -> (StatusCode, String) {
+    if q.i >= bench.clusters {
+        return (StatusCode::NOT_FOUND, format!("no cluster {} (of {})\n", q.i, bench.clusters));
+    }
+    let n = bench.updates.fetch_add(1, Ordering::Relaxed);
+    let port = 10_000 + n % 50_000;
+    match bench.cla.upsert(&bench.cla(q.i, port)) {
+        Ok(_) => (StatusCode::OK, format!("{port}\n")),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
+/// `/bench/stats`: the live tasks of this runtime, the open xDS streams, RSS and CPU time.
+fn stats(server: &XdsServer) -> serde_json::Value {
+    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let me = sys::sample("self").unwrap_or_default();
+    serde_json::json!({
+        "tasks": tasks,
+        "streams": server.status().len(),
+        "rss_bytes": me.rss_kib * 1024,
+        "cpu_s": me.cpu_s,
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&args.log)?)
+        .init();
+    let fd_limit = sys::raise_fd_limit()?;
+
+    let clusters = LinearCache::of::<Cluster>();
+    let cla = LinearCache::of::<ClusterLoadAssignment>();
+    let listeners = LinearCache::of::<Listener>();
+    let routes = LinearCache::of::<RouteConfiguration>();
+    let bench = Arc::new(Bench {
+        cla: cla.clone(),
+        clusters: args.clusters,
+        endpoints: args.endpoints,
+        updates: AtomicU32::new(0),
+    });
+    let encoded = |r: Result<EncodedResource, _>| r.map_err(|e| format!("cannot encode: {e}"));
+    clusters.set_all(
+        (0..args.clusters)
+            .map(|i| encoded(EncodedResource::new(&eds_cluster(&format!("cluster-{i}")))))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    cla.set_all(
+        (0..args.clusters)
+            .map(|i| encoded(EncodedResource::new(&bench.cla(i, INITIAL_PORT))))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    listeners.upsert(&listener())?;
+    routes.upsert(&route())?;
+
+    let mux = MuxCache::new()
+        .route(ResourceType::Cluster, clusters)
+        .route(ResourceType::ClusterLoadAssignment, cla)
+        .route(ResourceType::Listener, listeners)
+        .route(ResourceType::RouteConfiguration, routes);
+    let server = XdsServer::builder(mux).config(ServerConfig::default()).build();
+
+    let metrics = server.clone();
+    let status = server.clone();
+    let observed = server.clone();
+    let http =
+        server
+            .rest_router()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route(
+                "/metrics",
+                get(move || {
+                    let text = metrics.metrics().render();
+                    async move {
+                        ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+                    }
+                }),
+            )
+            .route(
+                "/status",
+                get(move |Query(q): Query<StatusQuery>| {
+                    let body = match q.node {
+                        Some(node) => serde_json::to_value(status.status().node(&node)),
+                        None => Ok(status.status().to_json()),
+                    };
+                    async move { axum::Json(body.unwrap_or_default()) }
+                }),
+            )
+            .route("/bench/update", get(update).with_state(bench))
+            .route(
+                "/bench/stats",
+                get(move || {
+                    let body = stats(&observed);
+                    async move { axum::Json(body) }
+                }),
+            );
+    let http_listener = tokio::net::TcpListener::bind(args.http_addr).await?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(http_listener, http).await {
+            eprintln!("the HTTP server failed: {e}");
+        }
+    });
+
+    // A deep accept backlog: thousands of clients connect at once in a storm.
+    let socket = match args.grpc_addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(args.grpc_addr)?;
+    let incoming = TcpIncoming::from(socket.listen(8192)?).with_nodelay(Some(true));
+
+    println!(
+        "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route; gRPC {}, HTTP {} \
+         (/bench/update?i=K, /bench/stats, /healthz, /metrics, /status?node=ID); open-file limit \
+         {fd_limit}",
+        std::process::id(),
+        args.clusters,
+        args.endpoints,
+        args.grpc_addr,
+        args.http_addr,
+    );
+    let keepalive = (args.keepalive_s > 0).then(|| Duration::from_secs(args.keepalive_s));
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(keepalive)
+        .http2_keepalive_timeout(keepalive.map(|_| Duration::from_secs(10)))
+        .add_routes(server.routes())
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! What the server prints when it starts: where it listens and how to point clients at it.
+
+use xds_proto::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use xds_proto::prost;
+
+use crate::cli::Args;
+
+/// Prints the listening addresses and a bootstrap for Envoy and for a gRPC client.
+pub(crate) fn print_banner(args: &Args, tls: bool) {
+    let scheme = if tls { "https" } else { "http" };
+    let (host, port) = (args.grpc_addr.ip(), args.grpc_addr.port());
+    println!(
+        r#"xds-file-server: serving {config}
+  gRPC xDS (ADS + per-type, SotW + delta, CSDS): {scheme}://{grpc}
+  HTTP: REST-JSON http://{http}/v3/discovery:clusters, /healthz, /metrics, /status
+
+Point Envoy at it (bootstrap):
+  node: {{ id: envoy-1, cluster: demo }}
+  dynamic_resources:
+    ads_config: {{ api_type: GRPC, transport_api_version: V3, grpc_services: [{{ envoy_grpc: {{ cluster_name: xds }} }}] }}
+    cds_config: {{ ads: {{}}, resource_api_version: V3 }}
+    lds_config: {{ ads: {{}}, resource_api_version: V3 }}
+  static_resources:
+    clusters:
+      - name: xds
+        type: STATIC
+        typed_extension_protocol_options:
+          envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+            "@type": {protocol_options}
+            explicit_http_config: {{ http2_protocol_options: {{}} }}
+        load_assignment:
+          cluster_name: xds
+          endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: {host}, port_value: {port} }} }} }} }}] }}]
+
+Point a proxyless gRPC client at it (GRPC_XDS_BOOTSTRAP_CONFIG), then dial xds:///demo-service:
+  {{"xds_servers": [{{"server_uri": "{host}:{port}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"]}}],
+   "node": {{"id": "grpc-client-1", "cluster": "grpc-clients"}}}}
+"#,
+        config = args.config.display(),
+        protocol_options = <HttpProtocolOptions as prost::Name>::type_url(),
+        grpc = args.grpc_addr,
+        http = args.http_addr,
+    );
+}
