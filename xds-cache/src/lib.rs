@@ -9,7 +9,9 @@
 //! - [`LinearCache`]: one type shared by every node, updated resource by resource.
 //! - [`MuxCache`]: routes types to caches.
 //! - Your own: implement [`Cache`] (and [`Watch`]) over your inventory; views implement
-//!   `xds_core::View`.
+//!   `xds_core::View`. [`Watchers`] keeps the streams' signals (registered by `watch`, released
+//!   when the stream drops its watch) and [`TypeVersion`] gives the content-hash type version
+//!   that lets a client reconnect to any replica without being resent what it holds (rule S16).
 //!
 //! Resources are encoded once ([`xds_proto::EncodedResource`]) and shared by every stream and
 //! group that serves them; versions are content hashes, the same in every process (rule S16).
@@ -34,6 +36,7 @@ mod signal;
 mod snapshot;
 mod table;
 mod unready;
+mod version;
 mod vhds;
 mod watchers;
 
@@ -44,3 +47,5 @@ pub use signal::Signal;
 pub use snapshot::{
     ConsistencyError, GroupStatus, MissingReference, Snapshot, SnapshotBuilder, SnapshotCache,
 };
+pub use version::TypeVersion;
+pub use watchers::{Registration, Watchers};

@@ -1,4 +1,5 @@
-//! Who to signal when something changes.
+//! Who to signal when something changes: the registry every cache keeps, public so that a cache
+//! of your own keeps it the same way.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -8,9 +9,30 @@ use crate::signal::Signal;
 
 type Registry<K> = Mutex<HashMap<K, HashMap<u64, Arc<Signal>>>>;
 
-/// The signals registered per key (a node group and a type, or just a type).
+/// The signals registered per key (a node group and a type, or just a type): who to wake when
+/// something under that key changes.
+///
+/// A cache registers the stream's [`Signal`] in [`Cache::watch`](crate::Cache::watch) and keeps
+/// the returned [`Registration`] inside the [`Watch`](crate::Watch) it hands out. When the stream
+/// ends, the server drops the watch, the registration is dropped with it, and the signal leaves the
+/// registry: nothing leaks however many streams come and go. On a change, the cache updates its
+/// state first and then calls [`notify`](Watchers::notify); raising a signal never blocks and
+/// never runs stream code, so it is safe under the cache's own locks.
+///
+/// ```
+/// use std::sync::Arc;
+/// use xds_cache::{Signal, Watchers};
+///
+/// let watchers: Watchers<&str> = Watchers::default();
+/// let signal = Arc::new(Signal::new());
+/// let registration = watchers.register("endpoints", signal.clone());
+/// assert_eq!(watchers.count(&"endpoints"), 1);
+/// watchers.notify(&"endpoints");
+/// drop(registration); // the stream ended
+/// assert_eq!(watchers.count(&"endpoints"), 0);
+/// ```
 #[derive(Debug)]
-pub(crate) struct Watchers<K> {
+pub struct Watchers<K> {
     registry: Arc<Registry<K>>,
     next_id: std::sync::atomic::AtomicU64,
 }
@@ -21,9 +43,11 @@ impl<K> Default for Watchers<K> {
     }
 }
 
-/// Unregisters its signal when dropped.
+/// One signal's place in a [`Watchers`] registry; unregisters the signal when dropped. Keep it
+/// in the watch the stream holds.
 #[derive(Debug)]
-pub(crate) struct Registration<K: Eq + Hash> {
+#[must_use = "dropping the registration unregisters the signal at once"]
+pub struct Registration<K: Eq + Hash> {
     registry: Weak<Registry<K>>,
     key: K,
     id: u64,
@@ -36,14 +60,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<K: Eq + Hash + Clone> Watchers<K> {
-    pub(crate) fn register(&self, key: K, signal: Arc<Signal>) -> Registration<K> {
+    /// Registers `signal` under `key` until the returned registration is dropped.
+    pub fn register(&self, key: K, signal: Arc<Signal>) -> Registration<K> {
         let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         lock(&self.registry).entry(key.clone()).or_default().insert(id, signal);
         Registration { registry: Arc::downgrade(&self.registry), key, id }
     }
 
     /// Raises every signal registered under `key`. Raising never blocks or runs stream code.
-    pub(crate) fn notify(&self, key: &K) {
+    pub fn notify(&self, key: &K) {
         if let Some(signals) = lock(&self.registry).get(key) {
             for signal in signals.values() {
                 signal.raise();
@@ -52,7 +77,7 @@ impl<K: Eq + Hash + Clone> Watchers<K> {
     }
 
     /// Raises every signal registered under a key `pred` accepts.
-    pub(crate) fn notify_where(&self, mut pred: impl FnMut(&K) -> bool) {
+    pub fn notify_where(&self, mut pred: impl FnMut(&K) -> bool) {
         for (key, signals) in lock(&self.registry).iter() {
             if pred(key) {
                 signals.values().for_each(|s| s.raise());
@@ -61,13 +86,19 @@ impl<K: Eq + Hash + Clone> Watchers<K> {
     }
 
     /// The number of signals registered under `key`.
-    pub(crate) fn count(&self, key: &K) -> usize {
+    pub fn count(&self, key: &K) -> usize {
         lock(&self.registry).get(key).map_or(0, HashMap::len)
     }
 
     /// The number of signals per key, for status pages.
-    pub(crate) fn counts(&self) -> Vec<(K, usize)> {
+    pub fn counts(&self) -> Vec<(K, usize)> {
         lock(&self.registry).iter().map(|(k, v)| (k.clone(), v.len())).collect()
+    }
+
+    /// The number of signals registered under every key: the number of open watches, which
+    /// comes back to zero once every stream has ended.
+    pub fn total(&self) -> usize {
+        lock(&self.registry).values().map(HashMap::len).sum()
     }
 }
 

@@ -1,0 +1,72 @@
+//! The type version of a set of resources, from their names and versions alone.
+
+use std::fmt;
+
+/// The version of a resource type's whole content (SotW `version_info`), kept up to date one
+/// resource at a time: an order-independent combination of every (name, resource version) pair.
+///
+/// The same resources give the same version in every process, after restarts and on every
+/// replica (rule S16), because resource versions are content hashes and the combination uses a
+/// specified hash (XXH3-64). A counter would not: two replicas (or one after a restart) would
+/// give different versions to the same content, and a client moving between them would be
+/// resent everything, or worse, skip a change whose counter value it had seen elsewhere.
+///
+/// Adding and removing are O(1), so a cache can keep the version current as resources change.
+///
+/// ```
+/// use xds_cache::TypeVersion;
+///
+/// let mut a = TypeVersion::default();
+/// a.insert("web", "v1");
+/// a.insert("api", "v7");
+/// let mut b = TypeVersion::default();
+/// b.insert("api", "v7");
+/// b.insert("web", "v1");
+/// assert_eq!(a, b); // order does not matter
+///
+/// b.remove("web", "v1");
+/// b.insert("web", "v2");
+/// assert_ne!(a, b);
+/// assert_eq!(a.to_string().len(), 16); // 16 hex digits
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TypeVersion(u64);
+
+impl TypeVersion {
+    /// The version of exactly these `(name, version)` pairs.
+    pub fn of<'a>(resources: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut version = TypeVersion::default();
+        for (name, resource_version) in resources {
+            version.insert(name, resource_version);
+        }
+        version
+    }
+
+    /// Accounts for a resource that is now part of the type.
+    pub fn insert(&mut self, name: &str, version: &str) {
+        self.0 ^= entry_hash(name, version);
+    }
+
+    /// Accounts for a resource that is no longer part of the type (`version`: the one that was
+    /// inserted). XOR is its own inverse, so removing undoes inserting exactly.
+    pub fn remove(&mut self, name: &str, version: &str) {
+        self.0 ^= entry_hash(name, version);
+    }
+}
+
+impl fmt::Display for TypeVersion {
+    /// 16 lower-case hex digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// The hash of one (name, version) pair. The separator keeps `("ab", "c")` and `("a", "bc")`
+/// apart.
+fn entry_hash(name: &str, version: &str) -> u64 {
+    let mut buf = Vec::with_capacity(name.len() + version.len() + 1);
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(0);
+    buf.extend_from_slice(version.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&buf)
+}
