@@ -69,11 +69,14 @@ impl View for State {
 }
 
 /// One stream's watch; dropping it (the stream ended) drops the registration.
-struct InventoryWatch(Arc<RwLock<State>>, Registration<()>);
+struct InventoryWatch {
+    state: Arc<RwLock<State>>,
+    _registration: Registration<()>,
+}
 
 impl Watch for InventoryWatch {
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        f(&*self.0.read().unwrap_or_else(PoisonError::into_inner));
+        f(&*self.state.read().unwrap_or_else(PoisonError::into_inner));
     }
 }
 
@@ -86,7 +89,7 @@ impl Cache for Inventory {
         if request.type_url.builtin() != Some(ResourceType::ClusterLoadAssignment) {
             return Err(CacheError::UnknownType { type_url: request.type_url.to_string() });
         }
-        let registration = self.watchers.register((), signal);
-        Ok(Box::new(InventoryWatch(self.state.clone(), registration)))
+        let _registration = self.watchers.register((), signal);
+        Ok(Box::new(InventoryWatch { state: self.state.clone(), _registration }))
     }
 }
