@@ -8,6 +8,7 @@ use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
 
 use xds_cache::Variant;
+use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 /// What the server knows about a stream.
 #[derive(Clone, Debug)]
@@ -53,9 +54,21 @@ pub trait Callbacks: Send + Sync + 'static {
         let _ = stream;
     }
 
-    /// A request arrived for `type_url`.
-    fn on_request(&self, stream: &StreamInfo, type_url: &TypeUrl, names: &[String]) {
-        let _ = (stream, type_url, names);
+    /// A request arrived for `type_url` (the type the server resolved: on a per-type stream the
+    /// request's own `type_url` may be empty). Its `node` and `type_url` fields have been taken
+    /// out; the node came to [`on_node`](Callbacks::on_node) once for the stream.
+    ///
+    /// Returning an error ends the stream with that status, before the request changes anything
+    /// (go-control-plane's `OnStreamRequest` error): refuse a subscription you do not allow, or
+    /// throttle with `RESOURCE_EXHAUSTED`.
+    fn on_request(
+        &self,
+        stream: &StreamInfo,
+        type_url: &TypeUrl,
+        request: XdsRequest<'_>,
+    ) -> Result<(), tonic::Status> {
+        let _ = (stream, type_url, request);
+        Ok(())
     }
 
     /// A response was sent.
@@ -95,6 +108,42 @@ pub trait Callbacks: Send + Sync + 'static {
     /// A one-shot fetch was answered (`None`: not modified).
     fn on_fetch_response(&self, node: &Node, type_url: &TypeUrl, version: Option<&str>) {
         let _ = (node, type_url, version);
+    }
+}
+
+/// A stream's request as [`Callbacks::on_request`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum XdsRequest<'a> {
+    /// A state-of-the-world request.
+    Sotw(&'a DiscoveryRequest),
+    /// An incremental (delta) request.
+    Delta(&'a DeltaDiscoveryRequest),
+}
+
+impl XdsRequest<'_> {
+    /// The names the request asks for: `resource_names` (SotW, the whole desired set) or
+    /// `resource_names_subscribe` (delta, the names added).
+    pub fn names(&self) -> &[String] {
+        match self {
+            XdsRequest::Sotw(r) => &r.resource_names,
+            XdsRequest::Delta(r) => &r.resource_names_subscribe,
+        }
+    }
+
+    /// The nonce of the response the request answers (empty on a first or spontaneous request).
+    pub fn response_nonce(&self) -> &str {
+        match self {
+            XdsRequest::Sotw(r) => &r.response_nonce,
+            XdsRequest::Delta(r) => &r.response_nonce,
+        }
+    }
+
+    /// Whether the request rejects the response it answers (a NACK, rules S5 and D1).
+    pub fn is_nack(&self) -> bool {
+        match self {
+            XdsRequest::Sotw(r) => r.error_detail.is_some(),
+            XdsRequest::Delta(r) => r.error_detail.is_some(),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ mod status;
 mod stream;
 mod wire;
 
-pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo};
+pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
 pub use identity::{RequireNodeIdentity, check_node_identity};

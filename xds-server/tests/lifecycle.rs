@@ -10,7 +10,7 @@ use xds_cache::SnapshotCache;
 use xds_core::ErrorDetail;
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_server::{Callbacks, Refusal, StreamInfo, XdsServer};
+use xds_server::{Callbacks, Refusal, StreamInfo, XdsRequest, XdsServer};
 
 use util::*;
 
@@ -52,7 +52,7 @@ struct Counts {
     last_nack: Mutex<Option<(String, String)>>,
 }
 
-/// Refuses node "evil" and counts what it sees.
+/// Refuses node "evil", refuses requests naming "forbidden", and counts what it sees.
 struct Recorder(Arc<Counts>);
 
 impl Callbacks for Recorder {
@@ -70,6 +70,18 @@ impl Callbacks for Recorder {
 
     fn on_stream_closed(&self, _: &StreamInfo) {
         self.0.closed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_request(
+        &self,
+        _: &StreamInfo,
+        _: &TypeUrl,
+        request: XdsRequest<'_>,
+    ) -> Result<(), tonic::Status> {
+        if request.names().iter().any(|n| n == "forbidden") {
+            return Err(tonic::Status::permission_denied("\"forbidden\" is not for you"));
+        }
+        Ok(())
     }
 
     fn on_ack(&self, _: &StreamInfo, _: &TypeUrl, _: &str, _: &str) {
@@ -105,6 +117,29 @@ async fn callbacks_on_node_refusal_is_permission_denied() {
     assert_eq!(sotw_names(&good.recv_type(CDS).await), ["a"]);
     assert_eq!(counts.opened.load(Ordering::SeqCst), 3);
     eventually("the refused streams closed", || counts.closed.load(Ordering::SeqCst) == 2).await;
+}
+
+#[tokio::test]
+async fn callbacks_on_request_refusal_ends_the_stream_with_its_status_and_nothing_else() {
+    let (t, _, counts) = recorded().await;
+    let mut good = Delta::ads(&t, "n1").await;
+    good.subscribe(CDS, &["a"], &[]).await;
+    let first = good.recv_type(CDS).await;
+    good.ack(&first).await;
+
+    // A subscription the callback refuses: the stream ends with the callback's status, SotW and
+    // delta alike, and the request changed nothing (no response was sent for it).
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(EDS, &["a", "forbidden"], None).await;
+    assert_status(&sotw.recv_err().await, Code::PermissionDenied, &["forbidden", "not for you"]);
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(EDS, &["forbidden"], &[]).await;
+    assert_status(&delta.recv_err().await, Code::PermissionDenied, &["forbidden"]);
+    eventually("the refused streams closed", || counts.closed.load(Ordering::SeqCst) == 2).await;
+
+    // The other stream is untouched and keeps its subscription.
+    good.subscribe(EDS, &["a"], &[]).await;
+    assert_eq!(good.recv_type(EDS).await.resources.len(), 1);
 }
 
 // rules S4, S5

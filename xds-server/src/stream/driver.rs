@@ -237,7 +237,12 @@ impl<P: Protocol> Driver<P> {
         if first {
             self.start()?;
         }
-        self.shared.callbacks.on_request(&self.info, &type_url, P::names(&request));
+        if let Err(status) =
+            self.shared.callbacks.on_request(&self.info, &type_url, P::for_callbacks(&request))
+        {
+            self.shared.metrics.refused("callback");
+            return Err(status);
+        }
         self.shared.metrics.request(P::LABEL, type_url.label());
         let mut subs = lock(&self.subs.0);
         let slot = match subs.entry(type_url.clone()) {

@@ -12,6 +12,7 @@ use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Discov
 use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
+use crate::callbacks::XdsRequest;
 use crate::status::TypeStatus;
 use crate::wire::{DeltaWire, Framed, SotwWire};
 
@@ -38,8 +39,10 @@ pub(crate) trait Protocol: Send + 'static {
     fn new_sub(traits: TypeTraits) -> Self::Sub;
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::Request) -> (Option<Node>, String);
-    /// The names a request carries (subscribed names for delta), for limits and callbacks.
+    /// The names a request carries (subscribed names for delta), for limits.
     fn names(request: &Self::Request) -> &[String];
+    /// The request as callbacks see it.
+    fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
     fn handle(sub: &mut Self::Sub, request: Self::Request) -> Handled;
     fn poll(
         sub: &mut Self::Sub,
@@ -89,6 +92,10 @@ impl Protocol for Sotw {
 
     fn names(request: &DiscoveryRequest) -> &[String] {
         &request.resource_names
+    }
+
+    fn for_callbacks(request: &DiscoveryRequest) -> XdsRequest<'_> {
+        XdsRequest::Sotw(request)
     }
 
     fn handle(sub: &mut Self::Sub, r: DiscoveryRequest) -> Handled {
@@ -167,6 +174,10 @@ impl Protocol for Delta {
 
     fn names(request: &DeltaDiscoveryRequest) -> &[String] {
         &request.resource_names_subscribe
+    }
+
+    fn for_callbacks(request: &DeltaDiscoveryRequest) -> XdsRequest<'_> {
+        XdsRequest::Delta(request)
     }
 
     fn handle(sub: &mut Self::Sub, r: DeltaDiscoveryRequest) -> Handled {
