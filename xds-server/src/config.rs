@@ -50,7 +50,8 @@ pub struct ServerConfig {
     /// How long a REST long poll (or unary fetch) at the current version waits for a change
     /// (default 30 s).
     pub fetch_timeout: Duration,
-    /// How long graceful shutdown lets streams end on their own before they are cut (default 5 s).
+    /// How long [`XdsServer::drain`](crate::XdsServer::drain) waits for streams to end after
+    /// shutdown before it returns (default 5 s).
     pub shutdown_grace: Duration,
 }
 

@@ -1,6 +1,66 @@
 //! A complete xDS management server: tonic services for ADS and every per-type service, SotW
 //! and delta, unary fetch, REST-JSON, CSDS, per-node status, metrics and callbacks.
 //!
+//! # Start here
+//!
+//! This is the one crate a control plane depends on (with `tokio`): it re-exports the crates it
+//! is built from ([`proto`], [`cache`], [`protocol`]) and [`tonic`], and [`prelude`] brings in
+//! what most control planes use.
+//!
+//! ```toml
+//! [dependencies]
+//! xds-server = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "signal"] }
+//! ```
+//!
+//! A complete control plane: node `envoy-1` gets a listener on port 10000 routing to cluster
+//! `backend`, whose endpoints come over EDS; everything goes over ADS, and changing a snapshot
+//! reaches every connected client.
+//!
+//! ```no_run
+//! use xds_server::prelude::*;
+//! use xds_server::proto::builders::{eds_cluster, endpoints, http_listener, route_to_cluster};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Resources live in a cache; this one keeps a whole snapshot per node id.
+//!     let cache = SnapshotCache::by_node_id();
+//!     let mut snapshot = Snapshot::builder();
+//!     snapshot.add(&eds_cluster("backend"))?;
+//!     snapshot.add(&endpoints("backend", &[("10.0.0.1", 8080), ("10.0.0.2", 8080)]))?;
+//!     snapshot.add(&route_to_cluster("local_route", "*", "backend"))?;
+//!     snapshot.add(&http_listener("http", "0.0.0.0", 10000, "local_route"))?;
+//!     // `build_consistent` refuses a snapshot whose references dangle (rule O3).
+//!     cache.set_snapshot("envoy-1", snapshot.build_consistent()?);
+//!
+//!     let server = XdsServer::builder(cache.clone())
+//!         .config(ServerConfig { control_plane_id: Some("cp-1".into()), ..Default::default() })
+//!         .build();
+//!     let stopping = server.clone();
+//!     tonic::transport::Server::builder()
+//!         .add_routes(server.routes())
+//!         .serve_with_shutdown("127.0.0.1:18000".parse()?, async move {
+//!             let _ = tokio::signal::ctrl_c().await;
+//!             stopping.drain().await; // streams end with UNAVAILABLE; clients go elsewhere
+//!         })
+//!         .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Where to go next:
+//! - Other caches: [`cache::LinearCache`] (one type, resource by resource, e.g. endpoints),
+//!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory
+//!   (keep signals in a [`cache::Watchers`] registry, version with [`cache::TypeVersion`]).
+//! - Hooks: [`Callbacks`] (observe and refuse streams and requests), [`ServerConfig`] and
+//!   [`Limits`].
+//! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
+//!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
+//! - Observing: [`XdsServer::status`] (what each node holds, ACKed, NACKed), CSDS,
+//!   [`XdsServer::metrics`].
+//!
+//! # What this crate does
+//!
 //! The protocol rules live in `xds-core`; the resources in an `xds-cache` [`Cache`]. This crate
 //! connects them to the wire: it decodes requests, checks them (node, type URL, limits), feeds
 //! them to the sub-stream state machines, waits for cache signals, and writes responses straight
@@ -27,6 +87,32 @@ pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
 pub use identity::{RequireNodeIdentity, check_node_identity};
 pub use metrics::Metrics;
-pub use server::{XdsServer, XdsServerBuilder};
+pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use status::{NackStatus, StatusRegistry, StreamStatus, TypeStatus};
 pub use wire::{DeltaWire, SotwWire};
+
+/// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).
+pub use xds_proto as proto;
+
+/// The caches and the `Cache` trait (the `xds-cache` crate).
+pub use xds_cache as cache;
+
+/// The sans-IO protocol state machines and the `View` trait (the `xds-core` crate).
+pub use xds_core as protocol;
+
+/// The gRPC stack the server is built on, re-exported so that its version always matches.
+pub use tonic;
+
+/// The HTTP router of [`XdsServer::rest_router`] and [`XdsServer::service_routes`].
+pub use axum;
+
+/// What most control planes use, in one `use xds_server::prelude::*;`.
+pub mod prelude {
+    pub use crate::{Callbacks, Limits, Refusal, ServerConfig, StreamInfo, XdsServer};
+    pub use xds_cache::{
+        Cache, CacheError, DynView, LinearCache, MuxCache, Signal, Snapshot, SnapshotCache,
+        TypeVersion, Watch, WatchRequest, Watchers,
+    };
+    pub use xds_core::View;
+    pub use xds_proto::{EncodedResource, ResourceType, TypeUrl, XdsResource};
+}

@@ -148,23 +148,58 @@ impl XdsServer {
     /// Every gRPC service, for `tonic::transport::Server::add_routes`: ADS, the per-type
     /// services (SotW, delta and fetch where the protocol has them) and CSDS.
     pub fn routes(&self) -> tonic::service::Routes {
-        let mut router = axum::Router::new();
+        let router = Service::all().fold(axum::Router::new(), |r, s| self.add_service(r, s));
+        tonic::service::Routes::from(router)
+    }
+
+    /// One gRPC service alone, so that you can put a layer or an interceptor on it (an auth
+    /// layer on CSDS only, a rate limit on ADS) and add the others as they are:
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use xds_server::{Service, XdsServer};
+    /// use xds_server::axum::Router;
+    ///
+    /// let server = XdsServer::new(xds_cache::SnapshotCache::by_node_id());
+    /// let mut router = Router::new();
+    /// for service in Service::all().filter(|s| *s != Service::ClientStatus) {
+    ///     router = router.merge(server.service_routes(service).into_axum_router());
+    /// }
+    /// // CSDS shows every node's configuration: put your own auth layer on it alone.
+    /// let csds = server.service_routes(Service::ClientStatus).into_axum_router();
+    /// let csds = csds.layer(tower::limit::ConcurrencyLimitLayer::new(4));
+    /// tonic::transport::Server::builder()
+    ///     .add_routes(router.merge(csds).into())
+    ///     .serve("127.0.0.1:18000".parse()?)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn service_routes(&self, service: Service) -> tonic::service::Routes {
+        tonic::service::Routes::from(self.add_service(axum::Router::new(), service))
+    }
+
+    fn add_service(&self, mut router: axum::Router, service: Service) -> axum::Router {
         let mut add = |path: String, kind: MethodKind| {
             router = std::mem::take(&mut router)
                 .route_service(&path, GrpcMethod { shared: self.shared.clone(), kind });
         };
-        add(format!("/{ADS_SERVICE}/{ADS_SOTW_METHOD}"), MethodKind::Sotw(None));
-        add(format!("/{ADS_SERVICE}/{ADS_DELTA_METHOD}"), MethodKind::Delta(None));
-        for t in ResourceType::ALL {
-            if let Some(path) = t.sotw_path() {
-                add(path, MethodKind::Sotw(Some(t)));
+        match service {
+            Service::Aggregated => {
+                add(format!("/{ADS_SERVICE}/{ADS_SOTW_METHOD}"), MethodKind::Sotw(None));
+                add(format!("/{ADS_SERVICE}/{ADS_DELTA_METHOD}"), MethodKind::Delta(None));
             }
-            add(t.delta_path(), MethodKind::Delta(Some(t)));
-            if let Some(path) = t.fetch_path() {
-                add(path, MethodKind::Fetch(t));
+            Service::Type(t) => {
+                if let Some(path) = t.sotw_path() {
+                    add(path, MethodKind::Sotw(Some(t)));
+                }
+                add(t.delta_path(), MethodKind::Delta(Some(t)));
+                if let Some(path) = t.fetch_path() {
+                    add(path, MethodKind::Fetch(t));
+                }
             }
+            Service::ClientStatus => return crate::csds::add_routes(router, self.clone()),
         }
-        tonic::service::Routes::from(crate::csds::add_routes(router, self.clone()))
+        router
     }
 
     /// The per-node status of every open stream.
@@ -183,14 +218,52 @@ impl XdsServer {
     }
 
     /// Starts graceful shutdown: new streams are refused and open ones end with `UNAVAILABLE`,
-    /// so clients reconnect elsewhere.
+    /// so clients reconnect elsewhere. [`drain`](Self::drain) waits for them to be gone.
     pub fn shutdown(&self) {
         self.shared.shutdown.cancel();
+    }
+
+    /// Shuts down (as [`shutdown`](Self::shutdown)) and resolves once every stream has ended, or
+    /// [`ServerConfig::shutdown_grace`] has passed, whichever comes first. Stop the transport
+    /// after it: the streams' `UNAVAILABLE` has then been written, so clients reconnect at once
+    /// instead of waiting for a broken connection to time out. Returns the number of streams
+    /// still open when it gave up (0 on a clean drain).
+    pub async fn drain(&self) -> usize {
+        self.shutdown();
+        let deadline = tokio::time::Instant::now() + self.shared.config.shutdown_grace;
+        loop {
+            let open = self.shared.open.load(std::sync::atomic::Ordering::SeqCst);
+            if open == 0 || tokio::time::Instant::now() >= deadline {
+                return open;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     /// Resolves once [`shutdown`](Self::shutdown) was called.
     pub fn shutting_down(&self) -> impl Future<Output = ()> + Send + 'static {
         self.shared.shutdown.clone().cancelled_owned()
+    }
+}
+
+/// One gRPC service of the server, for [`XdsServer::service_routes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// ADS: `envoy.service.discovery.v3.AggregatedDiscoveryService`, SotW and delta.
+    Aggregated,
+    /// The per-type service of one resource type (CDS, EDS, ...): SotW, delta and fetch where
+    /// the protocol has them.
+    Type(ResourceType),
+    /// CSDS: `envoy.service.status.v3.ClientStatusDiscoveryService`.
+    ClientStatus,
+}
+
+impl Service {
+    /// Every service [`XdsServer::routes`] serves.
+    pub fn all() -> impl Iterator<Item = Service> {
+        std::iter::once(Service::Aggregated)
+            .chain(ResourceType::ALL.into_iter().map(Service::Type))
+            .chain(std::iter::once(Service::ClientStatus))
     }
 }
 

@@ -10,7 +10,7 @@ use xds_cache::SnapshotCache;
 use xds_core::ErrorDetail;
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_server::{Callbacks, Refusal, StreamInfo, XdsRequest, XdsServer};
+use xds_server::{Callbacks, Refusal, Service, StreamInfo, XdsRequest, XdsServer};
 
 use util::*;
 
@@ -29,7 +29,9 @@ async fn shutdown_ends_open_streams_with_unavailable_and_refuses_new_ones() {
     delta.ack(&d).await;
     let shutting_down = t.server.shutting_down();
 
-    t.server.shutdown();
+    // drain() shuts down and returns once every stream ended: none is left.
+    let left = tokio::time::timeout(WAIT, t.server.drain()).await.expect("drain resolves");
+    assert_eq!(left, 0);
     tokio::time::timeout(WAIT, shutting_down).await.expect("shutting_down resolves");
     assert_status(&sotw.recv_err().await, Code::Unavailable, &[]);
     assert_status(&delta.recv_err().await, Code::Unavailable, &[]);
@@ -166,4 +168,23 @@ async fn callbacks_count_acks_and_nacks() {
     assert_eq!(counts.nacks.load(Ordering::SeqCst), 1);
     drop(ads);
     eventually("the stream closed", || counts.closed.load(Ordering::SeqCst) == 1).await;
+}
+
+#[tokio::test]
+async fn service_routes_serve_one_service_alone() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let server = XdsServer::new(cache);
+    let routes = server.service_routes(Service::Aggregated);
+    let t = start_routes(server, routes).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.subscribe(CDS, &[], None).await;
+    assert_eq!(sotw_names(&ads.recv_type(CDS).await), ["a"]);
+    // CDS's own service is not among the routes: UNIMPLEMENTED, as for any unknown method.
+    let mut client = t.cds().await;
+    let status = match Sotw::open(None, |r| async move { client.stream_clusters(r).await }).await {
+        Err(status) => status,
+        Ok(mut cds) => cds.recv_err().await,
+    };
+    assert_status(&status, Code::Unimplemented, &[]);
 }

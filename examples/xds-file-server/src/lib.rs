@@ -120,13 +120,15 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     print_banner(&args, tls);
 
     let stopping = server.clone();
-    let grace = server.config().shutdown_grace;
     let shutdown = async move {
         wait_for_signal().await;
         tracing::info!("shutting down: open streams end with UNAVAILABLE");
-        stopping.shutdown();
-        // Let streams deliver their UNAVAILABLE before connections are closed.
-        tokio::time::sleep(Duration::from_millis(200).min(grace)).await;
+        // Connections close only once streams have delivered their UNAVAILABLE (or the grace
+        // period passed), so clients reconnect elsewhere at once.
+        let left = stopping.drain().await;
+        if left > 0 {
+            tracing::warn!(streams = left, "shutdown grace passed with streams still open");
+        }
     };
     grpc.add_routes(server.routes()).serve_with_incoming_shutdown(grpc_incoming, shutdown).await?;
     Ok(())

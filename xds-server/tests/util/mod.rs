@@ -71,11 +71,16 @@ pub struct TestServer {
 
 /// Starts `server` on `127.0.0.1:0`.
 pub async fn start(server: XdsServer) -> TestServer {
+    let routes = server.routes();
+    start_routes(server, routes).await
+}
+
+/// Starts `routes` (of `server`) on `127.0.0.1:0`.
+pub async fn start_routes(server: XdsServer, routes: tonic::service::Routes) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     let (stop, stopped) = oneshot::channel::<()>();
-    let routes = server.routes();
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_routes(routes)
