@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config;
 
@@ -21,6 +21,9 @@ pub const VERSION: &str =
 #[derive(Parser, Debug)]
 #[command(name = "xds-file-server", version = VERSION)]
 pub struct Args {
+    /// What to do instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// A YAML or JSON file, or a directory of them. Default: `xds-file-server.yaml` in the working
     /// directory (the repository ships `examples/xds-file-server/config/default.yaml`).
     #[arg(long, default_value = DEFAULT_CONFIG)]
@@ -57,6 +60,9 @@ pub struct Args {
     /// Refuse a configuration file larger than this many bytes.
     #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
     pub max_config_bytes: u64,
+    /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     /// Log filter (e.g. `info`, `debug`, `xds_server=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -71,4 +77,28 @@ pub enum Format {
     Json,
     /// Binary protobuf.
     Pb,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Load a configuration as the server would, print what each group serves, and exit non-zero
+    /// with the errors if it would be refused. Serves nothing.
+    Check {
+        /// A YAML or JSON file, or a directory of them.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Refuse a configuration file larger than this many bytes.
+        #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
+        max_config_bytes: u64,
+    },
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only when standard output is a terminal.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }

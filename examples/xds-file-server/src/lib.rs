@@ -14,6 +14,7 @@ use xds_server::{FileFormat, FileWriter, RequireNodeIdentity, ServerConfig, XdsS
 
 mod admin;
 mod banner;
+pub mod check;
 pub mod cli;
 pub mod config;
 mod reload;
@@ -117,7 +118,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         grpc = grpc.tls_config(config)?;
     }
-    print_banner(&args, tls);
+    if args.log_format == cli::LogFormat::Text {
+        print_banner(&args, tls);
+    } else {
+        // A log pipeline reads one JSON object per line: no free text on stdout.
+        tracing::info!(grpc = %args.grpc_addr, http = %args.http_addr, tls, config = %args.config.display(), "serving");
+    }
 
     let stopping = server.clone();
     let shutdown = async move {

@@ -1,26 +1,44 @@
 //! `xds-file-server`: the control plane binary. Everything but the logging set-up is in the
 //! library ([`xds_file_server::run`]), so the tests can reach its pieces.
 
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
 use clap::Parser;
-use xds_file_server::cli::Args;
+use xds_file_server::cli::{Args, Command, LogFormat};
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+async fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if let Some(Command::Check { config, max_config_bytes }) = args.command.take() {
+        let mut out = std::io::stdout().lock();
+        return match xds_file_server::check::check(&config, max_config_bytes, &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xds-file-server check: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let filter = match tracing_subscriber::EnvFilter::try_new(&args.log) {
         Ok(filter) => filter,
         Err(e) => {
             eprintln!("xds-file-server: --log {:?}: {e}", args.log);
-            return std::process::ExitCode::from(2);
+            return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match args.log_format {
+        // Colour codes only where a person reads them: not in files, pipes or journald.
+        LogFormat::Text => logs.with_ansi(std::io::stdout().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
     match xds_file_server::run(args).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         // Display, not Debug: the reason as a sentence, not a quoted string.
         Err(e) => {
             eprintln!("xds-file-server: {e}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,0 +1,101 @@
+//! The operator's side of the binary: `check`, `--version`, and log output fit for machines.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_xds-file-server");
+
+fn shipped_config() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.yaml")
+}
+
+fn free_addr() -> String {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+}
+
+#[test]
+fn check_prints_what_each_group_serves_and_exits_zero() {
+    let out = Command::new(BIN).args(["check", "--config"]).arg(shipped_config()).output().unwrap();
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(report.lines().next().unwrap().ends_with("ok, 2 group(s), 8 resource(s)"), "{report}");
+    assert!(
+        report.contains("group (default): 1 cluster, 1 endpoint, 1 listener, 1 route"),
+        "{report}"
+    );
+    assert!(report.contains("group grpc-clients:"), "{report}");
+    // Every resource with its content-hash version (16 hex digits).
+    let line =
+        report.lines().find(|l| l.contains("demo-cluster") && l.contains("cluster")).unwrap();
+    assert_eq!(line.split_whitespace().last().unwrap().len(), 16, "{line}");
+}
+
+#[test]
+fn check_of_a_broken_config_names_the_file_and_field_and_exits_non_zero() {
+    let dir = std::env::temp_dir().join(format!("xds-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, "resources:\n- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n  name: a\n  conect_timeout: 1s\n").unwrap();
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&file).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bad.yaml") && stderr.contains("conect_timeout"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no report for a refused config");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn version_names_the_package_and_the_commit() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(line.starts_with("xds-file-server 0.1.0 (commit "), "{line}");
+}
+
+/// Starts the server with `extra` flags and returns its stdout lines up to the first one `last`
+/// accepts (the server logs at least two lines at start-up, so this never waits for ever).
+fn lines_until(extra: &[&str], last: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(shipped_config())
+        .args(["--grpc-addr", &free_addr(), "--http-addr", &free_addr()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        let done = last(&line);
+        seen.push(line);
+        if done || started.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_no_free_text() {
+    let lines = lines_until(&["--log-format", "json", "--log", "info"], |l| l.contains("serving"));
+    assert!(lines.len() >= 2, "{lines:?}");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(value["level"].is_string() && value["fields"].is_object(), "{line}");
+    }
+}
+
+#[test]
+fn text_logs_to_a_pipe_carry_no_colour_codes() {
+    let lines = lines_until(&["--log", "info"], |l| l.contains("configuration published"));
+    assert!(lines.iter().any(|l| l.contains("INFO")), "{lines:?}");
+    assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "{lines:?}");
+}
