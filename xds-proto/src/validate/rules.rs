@@ -186,37 +186,34 @@ impl<T: Copy + PartialOrd + Display + Default> Num<T> {
         }
         let above = |(lo, inclusive): (T, bool)| if inclusive { value >= lo } else { value > lo };
         let below = |(hi, inclusive): (T, bool)| if inclusive { value <= hi } else { value < hi };
-        match (self.lower, self.upper) {
-            // PGV: with both bounds, `lt > gt` means "inside", otherwise "outside".
-            (Some(lo), Some(hi)) if hi.0 > lo.0 => {
-                if !(above(lo) && below(hi)) {
-                    let open = if lo.1 { '[' } else { '(' };
-                    let close = if hi.1 { ']' } else { ')' };
-                    out.push(format!("value must be inside range {open}{}, {}{close}", lo.0, hi.0));
-                }
-            }
+        let broken = match (self.lower, self.upper) {
             (Some(lo), Some(hi)) => {
-                if !(above(lo) || below(hi)) {
-                    let open = if hi.1 { '(' } else { '[' };
-                    let close = if lo.1 { ')' } else { ']' };
-                    out.push(format!(
-                        "value must be outside range {open}{}, {}{close}",
-                        hi.0, lo.0
-                    ));
-                }
+                // PGV: with both bounds, `lt > gt` means "inside", otherwise "outside".
+                let inside = hi.0 > lo.0;
+                let ok = if inside { above(lo) && below(hi) } else { above(lo) || below(hi) };
+                (!ok).then(|| {
+                    if inside {
+                        let open = if lo.1 { '[' } else { '(' };
+                        let close = if hi.1 { ']' } else { ')' };
+                        format!("value must be inside range {open}{}, {}{close}", lo.0, hi.0)
+                    } else {
+                        let open = if hi.1 { '(' } else { '[' };
+                        let close = if lo.1 { ')' } else { ']' };
+                        format!("value must be outside range {open}{}, {}{close}", hi.0, lo.0)
+                    }
+                })
             }
-            (Some(lo), None) if !above(lo) => out.push(if lo.1 {
-                format!("value must be greater than or equal to {}", lo.0)
-            } else {
-                format!("value must be greater than {}", lo.0)
+            (Some(lo), None) => (!above(lo)).then(|| {
+                let or_equal = if lo.1 { " or equal to" } else { "" };
+                format!("value must be greater than{or_equal} {}", lo.0)
             }),
-            (None, Some(hi)) if !below(hi) => out.push(if hi.1 {
-                format!("value must be less than or equal to {}", hi.0)
-            } else {
-                format!("value must be less than {}", hi.0)
+            (None, Some(hi)) => (!below(hi)).then(|| {
+                let or_equal = if hi.1 { " or equal to" } else { "" };
+                format!("value must be less than{or_equal} {}", hi.0)
             }),
-            _ => {}
-        }
+            (None, None) => None,
+        };
+        out.extend(broken);
         if !self.within.is_empty() && !self.within.contains(&value) {
             out.push(format!("value must be in list {}", list(&self.within)));
         }
