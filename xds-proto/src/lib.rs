@@ -2,6 +2,9 @@
 //! resource-type registry, resource names and references, encode-once resources and proto3
 //! JSON/YAML transcoding.
 //!
+//! [`validate`] checks a resource against the `validate.rules` annotations of Envoy's protos, as
+//! Envoy will before accepting it.
+//!
 //! This crate holds no state and does no I/O. It is the only place in the workspace that spells
 //! type URL strings: everything else speaks [`ResourceType`] and [`TypeUrl`].
 //!

@@ -373,3 +373,44 @@ fn measure_validating_10k_clusters() {
     }
     println!("10k HCM listeners: {:?}", started.elapsed());
 }
+
+#[test]
+fn nesting_is_bounded() {
+    // RBAC permissions nest through `not_rule`; 150 levels, built without decoding (which has
+    // its own limit).
+    let pool = xds_proto::descriptor_pool();
+    let permission = pool.get_message_by_name("envoy.config.rbac.v3.Permission").unwrap();
+    let mut message = prost_reflect::DynamicMessage::new(permission.clone());
+    message.set_field_by_name("any", prost_reflect::Value::Bool(true));
+    for _ in 0..150 {
+        let mut outer = prost_reflect::DynamicMessage::new(permission.clone());
+        outer.set_field_by_name("not_rule", prost_reflect::Value::Message(message));
+        message = outer;
+    }
+    let found = pairs(xds_proto::validate_dynamic(&message).unwrap_err());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, "message nesting deeper than 100 levels");
+    assert_eq!(found[0].0, vec!["not_rule"; 100].join("."));
+    // Within the bound, the same chain is valid (and a broken leaf is found).
+    let mut message = prost_reflect::DynamicMessage::new(permission.clone());
+    message.set_field_by_name("any", prost_reflect::Value::Bool(false));
+    for _ in 0..50 {
+        let mut outer = prost_reflect::DynamicMessage::new(permission.clone());
+        outer.set_field_by_name("not_rule", prost_reflect::Value::Message(message));
+        message = outer;
+    }
+    let found = pairs(xds_proto::validate_dynamic(&message).unwrap_err());
+    assert_eq!(
+        found,
+        [v(&format!("{}.any", vec!["not_rule"; 50].join(".")), "value must equal true")]
+    );
+}
+
+#[test]
+fn message_skip_is_not_looked_into() {
+    use xds_proto::pb::envoy::config::core::v3::KeyValueAppend;
+    // `entry` is `message = {skip: true}`: its empty key is not checked; `record`'s is.
+    validate(&parse::<KeyValueAppend>("entry: { key: '' }")).unwrap();
+    let found = violations::<KeyValueAppend>("record: { key: '' }");
+    assert_eq!(found, [v("record.key", "value length must be at least 1 runes")]);
+}

@@ -12,31 +12,7 @@
 //! pool knows (`typed_config` of filters, TLS contexts, ...); an `Any` of an unknown type is not
 //! checked.
 //!
-//! Supported: `message` (`required`, `skip`), every numeric kind (`const`, `gt`, `gte`, `lt`,
-//! `lte` with PGV's inside/outside ranges, `in`, `not_in`, `ignore_empty`), `bool.const`,
-//! `string` (lengths in runes and bytes, `pattern`, `prefix`, `suffix`, `contains`,
-//! `not_contains`, `in`, `not_in`, the well-known formats and the HTTP header regexes, strict or
-//! not), `bytes`, `enum` (`defined_only`, `const`, `in`, `not_in`), `repeated` (`min_items`,
-//! `max_items`, `unique`, `items`), `map` (`min_pairs`, `max_pairs`, `keys`, `values`),
-//! `any` (`required`, `in`, `not_in`), `duration` and `timestamp` bounds, the wrapper types
-//! (`UInt32Value`, ... take their scalar's rules), oneof `(validate.required)` and the message
-//! options `(validate.disabled)` / `(validate.ignored)`. Not checked: the clock-dependent
-//! timestamp rules (`lt_now`, `gt_now`, `within`) and `map.no_sparse`.
-//!
-//! ```
-//! use xds_proto::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
-//!
-//! let address = Address {
-//!     address: Some(address::Address::SocketAddress(SocketAddress {
-//!         address: "10.0.0.1".into(),
-//!         port_specifier: Some(socket_address::PortSpecifier::PortValue(99_999_999)),
-//!         ..Default::default()
-//!     })),
-//! };
-//! let errors = xds_proto::validate(&address).unwrap_err();
-//! assert_eq!(errors.violations()[0].path(), "socket_address.port_value");
-//! assert_eq!(errors.violations()[0].rule(), "value must be less than or equal to 65535");
-//! ```
+//! The supported rules and an example are in [`validate`]'s documentation.
 
 mod plan;
 mod rules;
@@ -135,7 +111,41 @@ impl std::error::Error for ValidationErrors {}
 /// Validates a generated message (any type of [`crate::pb`]) against its `validate.rules`.
 ///
 /// A type the descriptor pool does not know (a custom type from elsewhere) has no rules here
-/// and passes.
+/// and passes. [`validate_any`], [`validate_encoded`] and [`validate_dynamic`] do the same for
+/// the other shapes a resource takes.
+///
+/// Envoy checks the same rules on every resource it receives and NACKs the whole response when
+/// one fails; checking them before serving turns a fleet-wide NACK into an error where the
+/// resource is built. The payload of every `Any` whose type the [`crate::descriptor_pool`]
+/// knows (`typed_config` of filters, TLS contexts, ...) is validated too; an `Any` of an
+/// unknown type is not. The rules of the whole pool are compiled on the first call (about
+/// 50 ms, once per process).
+///
+/// Supported: `message` (`required`, `skip`), every numeric kind (`const`, `gt`, `gte`, `lt`,
+/// `lte` with PGV's inside/outside ranges, `in`, `not_in`, `ignore_empty`), `bool.const`,
+/// `string` (lengths in runes and bytes, `pattern`, `prefix`, `suffix`, `contains`,
+/// `not_contains`, `in`, `not_in`, the well-known formats and the HTTP header regexes, strict or
+/// not), `bytes`, `enum` (`defined_only`, `const`, `in`, `not_in`), `repeated` (`min_items`,
+/// `max_items`, `unique`, `items`), `map` (`min_pairs`, `max_pairs`, `keys`, `values`),
+/// `any` (`required`, `in`, `not_in`), `duration` and `timestamp` bounds, the wrapper types
+/// (`UInt32Value`, ... take their scalar's rules), oneof `(validate.required)` and the message
+/// options `(validate.disabled)` / `(validate.ignored)`. Not checked: the clock-dependent
+/// timestamp rules (`lt_now`, `gt_now`, `within`) and `map.no_sparse`.
+///
+/// ```
+/// use xds_proto::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
+///
+/// let address = Address {
+///     address: Some(address::Address::SocketAddress(SocketAddress {
+///         address: "10.0.0.1".into(),
+///         port_specifier: Some(socket_address::PortSpecifier::PortValue(99_999_999)),
+///         ..Default::default()
+///     })),
+/// };
+/// let errors = xds_proto::validate(&address).unwrap_err();
+/// assert_eq!(errors.violations()[0].path(), "socket_address.port_value");
+/// assert_eq!(errors.violations()[0].rule(), "value must be less than or equal to 65535");
+/// ```
 pub fn validate<M: Message + Name>(message: &M) -> Result<(), ValidationErrors> {
     let Some(descriptor) = descriptor_pool().get_message_by_name(&M::full_name()) else {
         return Ok(());
