@@ -16,6 +16,7 @@
 
 mod plan;
 mod rules;
+mod text;
 mod walk;
 
 use std::fmt;
