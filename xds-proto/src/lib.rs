@@ -2,6 +2,9 @@
 //! resource-type registry, resource names and references, encode-once resources and proto3
 //! JSON/YAML transcoding.
 //!
+//! [`validate`] checks a resource against the `validate.rules` annotations of Envoy's protos, as
+//! Envoy will before accepting it.
+//!
 //! This crate holds no state and does no I/O. It is the only place in the workspace that spells
 //! type URL strings: everything else speaks [`ResourceType`] and [`TypeUrl`].
 //!
@@ -30,6 +33,7 @@ mod refs;
 mod resource;
 mod resource_type;
 mod services;
+mod validate;
 
 /// The generated Envoy v3 messages and tonic services, re-exported from the `envoy-types` crate
 /// (the same types tonic's own `xds-client` uses).
@@ -43,6 +47,10 @@ pub use refs::*;
 pub use resource::XdsResource;
 pub use resource_type::{CustomType, ResourceType, TYPE_URL_PREFIX, TypeUrl};
 pub use services::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, CSDS_SERVICE};
+pub use validate::{
+    MAX_DEPTH as MAX_VALIDATION_DEPTH, MAX_VIOLATIONS, ValidationErrors, Violation, validate,
+    validate_any, validate_dynamic, validate_encoded,
+};
 
 pub use prost;
 pub use prost_reflect;
