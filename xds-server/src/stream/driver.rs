@@ -44,7 +44,15 @@ struct Slot<P: Protocol> {
 impl<P: Protocol> Slot<P> {
     /// When a heartbeat is owed: half the shortest held TTL after the last response, so the
     /// client renews well before anything expires.
+    ///
+    /// None while a response awaits its ACK: no response, heartbeats included, goes out before the
+    /// client answered the one in flight. A due time reported then would already be past and never
+    /// move on, and the stream's loop would wake for it again at once, spinning a core until the
+    /// client ACKs. The ACK wakes the loop, which asks again and sends the heartbeat then.
     fn heartbeat_due(&self) -> Option<Instant> {
+        if P::awaiting_ack(&self.sub) {
+            return None;
+        }
         P::min_ttl(&self.sub).map(|ttl| self.refreshed_at + ttl / 2)
     }
 }
