@@ -86,6 +86,17 @@ struct Driver<P: Protocol> {
     rate: TokenBucket,
     status: Arc<Mutex<StreamStatus>>,
     done: bool,
+    /// What the callbacks are told, queued while the stream's locks are held and delivered once
+    /// they are released ([`emit`](Driver::emit)): a callback may then call anything on the
+    /// server, `status()` included, which takes those same locks.
+    events: Vec<Event>,
+}
+
+/// A callback owed, with what it is told.
+enum Event {
+    Ack { type_url: TypeUrl, version: String, nonce: String },
+    Nack { type_url: TypeUrl, version: String, nonce: String, error: xds_core::ErrorDetail },
+    Response { type_url: TypeUrl, version: String, nonce: String, resources: usize },
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -127,6 +138,7 @@ pub(crate) fn open<P: Protocol>(
         ),
         status,
         done: false,
+        events: Vec::new(),
         info,
         shared,
     };
@@ -192,7 +204,27 @@ impl<P: Protocol> Driver<P> {
                 _ = self.signal.raised() => {}
                 _ = sleep_until(heartbeat.unwrap_or_else(Instant::now).into()), if heartbeat.is_some() => {}
             }
+            self.emit();
             self.round();
+            self.emit();
+        }
+    }
+
+    /// Delivers the queued callbacks. Called with no lock held.
+    fn emit(&mut self) {
+        let callbacks = &self.shared.callbacks;
+        for event in self.events.drain(..) {
+            match event {
+                Event::Ack { type_url, version, nonce } => {
+                    callbacks.on_ack(&self.info, &type_url, &version, &nonce);
+                }
+                Event::Nack { type_url, version, nonce, error } => {
+                    callbacks.on_nack(&self.info, &type_url, &version, &nonce, &error);
+                }
+                Event::Response { type_url, version, nonce, resources } => {
+                    callbacks.on_response(&self.info, &type_url, &version, &nonce, resources);
+                }
+            }
         }
     }
 
@@ -285,7 +317,11 @@ impl<P: Protocol> Driver<P> {
             RequestKind::Ack { nonce, version } => {
                 let latency = slot.sent_at.take().map(|t| t.elapsed());
                 self.shared.metrics.ack(P::LABEL, type_url.label(), latency);
-                self.shared.callbacks.on_ack(&self.info, &type_url, version, nonce);
+                self.events.push(Event::Ack {
+                    type_url: type_url.clone(),
+                    version: version.clone(),
+                    nonce: nonce.clone(),
+                });
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
@@ -297,7 +333,12 @@ impl<P: Protocol> Driver<P> {
             RequestKind::Nack { nonce, version, error } => {
                 slot.sent_at = None;
                 self.shared.metrics.nack(P::LABEL, type_url.label());
-                self.shared.callbacks.on_nack(&self.info, &type_url, version, nonce, error);
+                self.events.push(Event::Nack {
+                    type_url: type_url.clone(),
+                    version: version.clone(),
+                    nonce: nonce.clone(),
+                    error: error.clone(),
+                });
                 tracing::info!(type_url = %type_url, %version, error = %error.message, "NACK");
                 ts.nack = Some(NackStatus {
                     version: version.clone(),
@@ -379,13 +420,12 @@ impl<P: Protocol> Driver<P> {
         slot.sent_at = Some(now);
         slot.refreshed_at = now;
         self.shared.metrics.response(P::LABEL, type_url.label(), sent.bytes);
-        self.shared.callbacks.on_response(
-            &self.info,
-            type_url,
-            &sent.version,
-            &sent.nonce,
-            sent.resources,
-        );
+        self.events.push(Event::Response {
+            type_url: type_url.clone(),
+            version: sent.version.clone(),
+            nonce: sent.nonce.clone(),
+            resources: sent.resources,
+        });
         {
             let mut status = lock(&self.status);
             let ts = status.types.entry(type_url.to_string()).or_default();
