@@ -8,25 +8,26 @@
 //!
 //! [`Cache`]: xds_cache::Cache
 
+pub mod authz;
 mod body;
 mod callbacks;
 mod config;
 mod csds;
 mod fetch;
 mod files;
-mod identity;
 mod metrics;
 mod rest;
 mod server;
 mod status;
 mod stream;
+pub mod transport;
 mod wire;
 
+pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
-pub use identity::{RequireNodeIdentity, check_node_identity};
 pub use metrics::Metrics;
 pub use server::{XdsServer, XdsServerBuilder};
-pub use status::{NackStatus, StatusRegistry, StreamStatus, TypeStatus};
+pub use status::{MAX_NACK_TEXT, NackStatus, StatusRegistry, StreamStatus, TypeStatus};
 pub use wire::{DeltaWire, SotwWire};
