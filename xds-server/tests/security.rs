@@ -19,7 +19,7 @@ use xds_proto::pb::envoy::service::secret::v3::secret_discovery_service_client::
 use xds_proto::pb::envoy::service::status::v3::ClientStatusRequest;
 use xds_proto::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use xds_server::transport::{Incoming, TransportConfig, tls_config};
-use xds_server::{MAX_NACK_TEXT, NodeIdentity, XdsServer};
+use xds_server::{MAX_NACK_TEXT, NodeIdentity, Peer, XdsServer};
 
 use util::*;
 
@@ -138,6 +138,57 @@ async fn ads(channel: Channel, node: Node) -> Sotw {
     Sotw::open(Some(node), |r| async move { client.stream_aggregated_resources(r).await })
         .await
         .unwrap()
+}
+
+/// A REST-JSON POST over an mTLS HTTP/2 connection: status and body.
+async fn post(channel: &Channel, path: &str, body: &str) -> (http::StatusCode, String) {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_owned(),
+        ))))
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(channel.clone(), request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test]
+async fn finding_1_rest_over_mtls_serves_a_node_only_its_own_secrets() {
+    let pki = Pki::new("f1", &[("envoy-1", &["envoy-1"])]);
+    let server = XdsServer::builder(secrets_cache()).authorizer(NodeIdentity::new()).build();
+    let tls = tls_config(
+        &pki.path("localhost.pem"),
+        &pki.path("localhost.key"),
+        Some(&pki.path("ca.pem")),
+    )
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = Incoming::tls(listener, TransportConfig::default(), tls);
+    let app = server.discovery_router().into_make_service_with_connect_info::<Peer>();
+    let _task = tokio::spawn(async move {
+        let _ = axum::serve(incoming, app).await;
+    });
+    let channel = pki.channel(addr, "envoy-1").await;
+
+    // envoy-1's certificate asking REST for envoy-2's key.
+    let steal = r#"{"node":{"id":"envoy-2"},"resourceNames":["key-2"]}"#;
+    let (status, body) = post(&channel, "/v3/discovery:secrets", steal).await;
+    assert_eq!(status, http::StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("envoy-2"), "{body}");
+    // CSDS is not on the discovery router.
+    let (status, _) = post(&channel, "/v3/discovery:client_status", "").await;
+    assert_eq!(status, http::StatusCode::NOT_FOUND);
+    // Its own key is served: the certificate reached the authorization point.
+    let own = r#"{"node":{"id":"envoy-1"},"resourceNames":["key-1"]}"#;
+    let (status, body) = post(&channel, "/v3/discovery:secrets", own).await;
+    assert_eq!(status, http::StatusCode::OK, "{body}");
+    assert!(body.contains("key-1"), "{body}");
 }
 
 #[tokio::test]
