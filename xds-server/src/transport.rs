@@ -138,6 +138,10 @@ pub fn tls_config(
 
 type Handshake<S> = Pin<Box<dyn Future<Output = Option<Conn<S>>> + Send>>;
 
+/// Turns an accepted TCP connection into the served one (TLS handshake, or nothing).
+type Upgrade<S> =
+    Arc<dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = io::Result<S>> + Send>> + Send + Sync>;
+
 /// What a connection type tells about its peer.
 pub trait PeerInfo {
     /// The peer: address and verified client certificates.
@@ -166,8 +170,7 @@ impl PeerInfo for TlsStream<TcpStream> {
 #[must_use = "an Incoming accepts nothing until it is served"]
 pub struct Incoming<S> {
     listener: TcpListener,
-    upgrade:
-        Arc<dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = io::Result<S>> + Send>> + Send + Sync>,
+    upgrade: Upgrade<S>,
     config: TransportConfig,
     handshakes: FuturesUnordered<Handshake<S>>,
     backoff: Option<Pin<Box<Sleep>>>,
@@ -210,13 +213,7 @@ impl Incoming<TlsStream<TcpStream>> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
-    fn with_upgrade(
-        listener: TcpListener,
-        config: TransportConfig,
-        upgrade: Arc<
-            dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = io::Result<S>> + Send>> + Send + Sync,
-        >,
-    ) -> Self {
+    fn with_upgrade(listener: TcpListener, config: TransportConfig, upgrade: Upgrade<S>) -> Self {
         Incoming {
             listener,
             upgrade,
