@@ -402,3 +402,38 @@ async fn finding_8_an_instance_that_cannot_bind_writes_nothing() {
     assert!(!status.success());
     assert!(!out.exists(), "the instance that failed to bind wrote {}", out.display());
 }
+
+#[tokio::test]
+async fn finding_7_the_grpc_port_limits_streams_and_closes_silent_connections() {
+    let dir = temp_dir("finding-7");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let server =
+        Running::start(&path, &["--handshake-timeout-s", "1", "--max-concurrent-streams", "7"])
+            .await;
+
+    // A client that speaks: the server's SETTINGS advertise MAX_CONCURRENT_STREAMS (0x3) = 7.
+    let mut speaker = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    speaker.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    let mut header = [0u8; 9];
+    speaker.read_exact(&mut header).await.unwrap();
+    assert_eq!(header[3], 0x4, "the server's first frame is SETTINGS");
+    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    speaker.read_exact(&mut payload).await.unwrap();
+    let settings: Vec<(u16, u32)> = payload
+        .chunks(6)
+        .map(|c| (u16::from_be_bytes([c[0], c[1]]), u32::from_be_bytes([c[2], c[3], c[4], c[5]])))
+        .collect();
+    assert!(settings.contains(&(0x3, 7)), "{settings:?}");
+
+    // A connection that never sends the preface is closed by the server.
+    let mut silent = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the silent connection stayed open");
+
+    // A real client is served throughout.
+    let mut client = Clusters::open(plain(&server).await, "n1").await.unwrap();
+    assert_eq!(client.next("n1").await.unwrap(), ["c1"]);
+}
