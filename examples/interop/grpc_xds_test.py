@@ -118,6 +118,7 @@ class Test:
         self.log_path = os.path.join(workdir, "server.log")
         self.grpc_port = grpc_port
         self.http_port = free_port()
+        self.admin_port = free_port()
         self.backends = {}  # name -> (server, port)
         self.server = None
         self.log_file = None
@@ -150,6 +151,7 @@ class Test:
                 "--config", self.config_path,
                 "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
                 "--http-addr", f"127.0.0.1:{self.http_port}",
+                "--admin-addr", f"127.0.0.1:{self.admin_port}",
                 "--log", "info",
             ],
             stdout=self.log_file,
@@ -191,7 +193,7 @@ class Test:
     _opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def http_get(self, path, timeout=2):
-        url = f"http://127.0.0.1:{self.http_port}{path}"
+        url = f"http://127.0.0.1:{self.admin_port}{path}"
         with self._opener.open(url, timeout=timeout) as resp:
             return resp.status, resp.read()
 
@@ -298,7 +300,7 @@ class Test:
         self.channel = self.grpc.insecure_channel("xds:///demo-service",
                                                   options=[("grpc.enable_http_proxy", 0)])
         self.rpc = self.channel.unary_unary("/demo.Echo/Who")
-        return (f"server up (gRPC :{self.grpc_port}, HTTP :{self.http_port}), "
+        return (f"server up (gRPC :{self.grpc_port}, HTTP :{self.http_port}, admin :{self.admin_port}), "
                 f"backends A :{port_a}, B :{port_b}")
 
     def step_routed(self):

@@ -42,8 +42,8 @@ pub trait Callbacks: Send + Sync + 'static {
     }
 
     /// The stream's first request named its node (rule S2). Refusing ends the stream with
-    /// `PermissionDenied`: this is the place to check that the node id matches the peer
-    /// certificate's identity.
+    /// `PermissionDenied`. Authorization belongs in an [`Authorizer`](crate::Authorizer), which
+    /// every entry (fetch, REST, CSDS) asks too; this hook sees streams only.
     fn on_node(&self, stream: &StreamInfo, node: &Node) -> Result<(), Refusal> {
         let _ = (stream, node);
         Ok(())

@@ -357,8 +357,21 @@ impl UnaryService<ClientStatusRequest> for FetchClientStatus {
     type Future = Ready<Result<tonic::Response<ClientStatusResponse>, Status>>;
 
     fn call(&mut self, request: tonic::Request<ClientStatusRequest>) -> Self::Future {
-        std::future::ready(self.0.client_status(request.get_ref()).map(tonic::Response::new))
+        std::future::ready(
+            authorize(&self.0, &request)
+                .and_then(|()| self.0.client_status(request.get_ref()))
+                .map(tonic::Response::new),
+        )
     }
+}
+
+/// The authorization point for gRPC CSDS: every node's status is not for every client.
+fn authorize<T>(server: &XdsServer, request: &tonic::Request<T>) -> Result<(), Status> {
+    let peer = crate::authz::Peer::of(request);
+    server
+        .shared
+        .authorize(&peer, crate::authz::Entry::Csds, crate::authz::Access::ClientStatus)
+        .map_err(|r| Status::permission_denied(r.0))
 }
 
 struct StreamClientStatus(XdsServer);
@@ -371,6 +384,9 @@ impl StreamingService<ClientStatusRequest> for StreamClientStatus {
     type Future = Ready<Result<tonic::Response<StatusStream>, Status>>;
 
     fn call(&mut self, request: tonic::Request<Streaming<ClientStatusRequest>>) -> Self::Future {
+        if let Err(status) = authorize(&self.0, &request) {
+            return std::future::ready(Err(status));
+        }
         let server = self.0.clone();
         // Ends with the server, so an idle status stream never holds up graceful shutdown.
         let shutdown = server.shutting_down();
@@ -443,6 +459,7 @@ mod tests {
             sent_nonce: Some("2".into()),
             acked_version: Some("v8".into()),
             nack: Some(NackStatus {
+                error_bytes: 0,
                 version: "v8".into(),
                 nonce: "2".into(),
                 error: "bad endpoint".into(),
@@ -485,6 +502,7 @@ mod tests {
             sent_nonce: Some("5".into()),
             acked_version: Some("v1".into()),
             nack: Some(NackStatus {
+                error_bytes: 0,
                 version: "v1".into(),
                 nonce: "4".into(),
                 error: "x".into(),

@@ -7,7 +7,28 @@ use xds_cache::{CacheError, Signal, Variant, WatchRequest};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{EncodedResource, TypeUrl};
 
-use crate::server::Shared;
+use crate::authz::{Access, Entry, Peer};
+use crate::server::{Shared, cache_status};
+
+/// Why a fetch was not answered.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchError {
+    /// The authorization point refused it.
+    #[error(transparent)]
+    Refused(crate::Refusal),
+    /// The cache refused it.
+    #[error(transparent)]
+    Cache(CacheError),
+}
+
+impl From<FetchError> for tonic::Status {
+    fn from(e: FetchError) -> Self {
+        match e {
+            FetchError::Refused(r) => tonic::Status::permission_denied(r.0),
+            FetchError::Cache(e) => cache_status(&e),
+        }
+    }
+}
 
 /// The answer to a fetch.
 #[derive(Debug)]
@@ -23,16 +44,22 @@ pub(crate) enum Fetched {
 /// resources again.
 pub(crate) async fn fetch(
     shared: &Shared,
+    peer: &Peer,
+    entry: Entry,
     node: &Node,
     type_url: &TypeUrl,
     names: &[String],
     version: &str,
-) -> Result<Fetched, CacheError> {
+) -> Result<Fetched, FetchError> {
+    shared
+        .authorize(peer, entry, Access::Resources { node, type_url })
+        .map_err(FetchError::Refused)?;
     shared.callbacks.on_fetch_request(node, type_url, names);
     let signal = Arc::new(Signal::new());
     let watch = shared
         .cache
-        .watch(WatchRequest { node, type_url, variant: Variant::Fetch }, signal.clone())?;
+        .watch(WatchRequest { node, type_url, variant: Variant::Fetch }, signal.clone())
+        .map_err(FetchError::Cache)?;
     let deadline = Instant::now() + shared.config.fetch_timeout;
     let wildcard = names.is_empty() && type_url.is_wildcard_capable();
     loop {

@@ -35,16 +35,36 @@ impl FileFormat {
 
 /// Writes `DiscoveryResponse` files, each replaced atomically: the new content is written beside
 /// the file, flushed to disk, then renamed over it, so a watcher never reads half a file.
+///
+/// The temporary file is created exclusively (`O_CREAT|O_EXCL`, which never follows a symlink)
+/// under a name unique to this process and write, so a link planted in the directory cannot
+/// redirect the content elsewhere; the rename replaces a planted link rather than following it.
+/// `Secret` files (private keys) are created with mode `0600`, others `0644` (see
+/// [`FileWriter::modes`]).
 #[derive(Clone, Debug)]
 pub struct FileWriter {
     dir: PathBuf,
     format: FileFormat,
+    mode: u32,
+    secret_mode: u32,
 }
+
+/// Makes temporary file names unique within the process.
+static NEXT_TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl FileWriter {
     /// A writer into `dir` (created if missing on the first write).
     pub fn new(dir: impl Into<PathBuf>, format: FileFormat) -> Self {
-        FileWriter { dir: dir.into(), format }
+        FileWriter { dir: dir.into(), format, mode: 0o644, secret_mode: 0o600 }
+    }
+
+    /// The permission bits of new files (before the umask): `mode` for most types,
+    /// `secret_mode` for `Secret` (default `0o644` and `0o600`). Unix only.
+    #[must_use]
+    pub fn modes(mut self, mode: u32, secret_mode: u32) -> Self {
+        self.mode = mode;
+        self.secret_mode = secret_mode;
+        self
     }
 
     /// The file a type is written to: `cds.yaml`, `lds.yaml`, `eds.yaml`, ... (a custom type is
@@ -92,7 +112,12 @@ impl FileWriter {
             }
         };
         let path = self.path_for(type_url);
-        write_atomically(&path, &bytes)?;
+        let mode = if type_url.builtin() == Some(ResourceType::Secret) {
+            self.secret_mode
+        } else {
+            self.mode
+        };
+        write_atomically(&path, &bytes, mode)?;
         Ok(path)
     }
 
@@ -144,17 +169,43 @@ impl FileWriter {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("response");
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+    let (tmp, mut file) = create_exclusive(dir, name, mode)?;
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    drop(file);
+    match written.and_then(|()| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    std::fs::rename(&tmp, path)
+}
+
+/// A new temporary file beside `name`: created exclusively (an existing file or symlink of that
+/// name is an error, never followed: finding 8), under a name unique to this process and write.
+fn create_exclusive(dir: &Path, name: &str, mode: u32) -> io::Result<(PathBuf, std::fs::File)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let n = NEXT_TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        #[cfg(not(unix))]
+        let _ = mode;
+        match options.open(&tmp) {
+            Ok(file) => return Ok((tmp, file)),
+            // Someone planted this name: try the next one rather than touch it.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free temporary file name")))
 }
 
 #[cfg(test)]
@@ -185,8 +236,40 @@ mod tests {
             assert_eq!(response.version_info, "v1");
             assert_eq!(response.resources, vec![cluster.to_any()]);
             // No temporary file is left behind.
-            assert!(!dir.join(format!(".cds.{}.tmp", format.extension())).exists());
+            let left: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn finding_8_a_planted_symlink_is_not_followed_and_secrets_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        use xds_proto::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+        let base = std::env::temp_dir().join(format!("xds-files-link-{}", std::process::id()));
+        let dir = base.join("out");
+        std::fs::create_dir_all(&dir).unwrap();
+        let outside = base.join("stolen");
+        // The old code's temporary name, and every name of this process's next writes.
+        std::os::unix::fs::symlink(&outside, dir.join(".sds.yaml.tmp")).unwrap();
+        let next = NEXT_TMP.load(std::sync::atomic::Ordering::Relaxed);
+        for n in next..next + 4 {
+            let name = format!(".sds.yaml.{}.{n}.tmp", std::process::id());
+            std::os::unix::fs::symlink(&outside, dir.join(name)).unwrap();
+        }
+        let secret =
+            EncodedResource::new(&Secret { name: "key".into(), ..Default::default() }).unwrap();
+        let w = FileWriter::new(&dir, FileFormat::Yaml);
+        let path = w.write(&TypeUrl::from(ResourceType::Secret), "v1", &[secret]).unwrap();
+        assert!(!outside.exists(), "the write followed a planted symlink");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -68,27 +68,28 @@
 //!
 //! [`Cache`]: xds_cache::Cache
 
+pub mod authz;
 mod body;
 mod callbacks;
 mod config;
 mod csds;
 mod fetch;
 mod files;
-mod identity;
 mod metrics;
 mod rest;
 mod server;
 mod status;
 mod stream;
+pub mod transport;
 mod wire;
 
+pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
-pub use identity::{RequireNodeIdentity, check_node_identity};
 pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
-pub use status::{NackStatus, StatusRegistry, StreamStatus, TypeStatus};
+pub use status::{MAX_NACK_TEXT, NackStatus, StatusRegistry, StreamStatus, TypeStatus};
 pub use wire::{DeltaWire, SotwWire};
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).
@@ -108,7 +109,9 @@ pub use axum;
 
 /// What most control planes use, in one `use xds_server::prelude::*;`.
 pub mod prelude {
-    pub use crate::{Callbacks, Limits, Refusal, ServerConfig, StreamInfo, XdsServer};
+    pub use crate::{
+        Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
+    };
     pub use xds_cache::{
         Cache, CacheError, DynView, LinearCache, MuxCache, Signal, Snapshot, SnapshotCache,
         TypeVersion, Watch, WatchRequest, Watchers,

@@ -28,43 +28,44 @@ struct PerType {
 /// example binary).
 #[derive(Debug, Default)]
 pub struct Metrics {
-    /// Variant -> type label -> counters.
-    per_type: Mutex<BTreeMap<&'static str, BTreeMap<String, PerType>>>,
+    /// Variant -> type label -> counters. Labels are `&'static str` from a bounded set (the
+    /// built-in types, the configured custom types, `unknown`): nothing a peer sends becomes a
+    /// series (conventions 18).
+    per_type: Mutex<BTreeMap<&'static str, BTreeMap<&'static str, PerType>>>,
     refused: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Metrics {
-    fn with(&self, variant: &'static str, type_label: &str, f: impl FnOnce(&mut PerType)) {
+    fn with(&self, variant: &'static str, type_label: &'static str, f: impl FnOnce(&mut PerType)) {
         let mut map = lock(&self.per_type);
-        // Looked up by reference first: the hot path (every request and response) allocates
-        // nothing once a (variant, type) pair has been seen.
-        let per_variant = map.entry(variant).or_default();
-        match per_variant.get_mut(type_label) {
-            Some(m) => f(m),
-            None => f(per_variant.entry(type_label.to_owned()).or_default()),
-        }
+        f(map.entry(variant).or_default().entry(type_label).or_default());
     }
 
-    pub(crate) fn stream_opened(&self, variant: &'static str, type_label: &str) {
+    pub(crate) fn stream_opened(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.streams += 1);
     }
 
-    pub(crate) fn stream_closed(&self, variant: &'static str, type_label: &str) {
+    pub(crate) fn stream_closed(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.streams -= 1);
     }
 
-    pub(crate) fn request(&self, variant: &'static str, type_label: &str) {
+    pub(crate) fn request(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.requests += 1);
     }
 
-    pub(crate) fn response(&self, variant: &'static str, type_label: &str, bytes: usize) {
+    pub(crate) fn response(&self, variant: &'static str, type_label: &'static str, bytes: usize) {
         self.with(variant, type_label, |m| {
             m.responses += 1;
             m.response_bytes += bytes as u64;
         });
     }
 
-    pub(crate) fn ack(&self, variant: &'static str, type_label: &str, latency: Option<Duration>) {
+    pub(crate) fn ack(
+        &self,
+        variant: &'static str,
+        type_label: &'static str,
+        latency: Option<Duration>,
+    ) {
         self.with(variant, type_label, |m| {
             m.acks += 1;
             if let Some(l) = latency {
@@ -74,11 +75,11 @@ impl Metrics {
         });
     }
 
-    pub(crate) fn nack(&self, variant: &'static str, type_label: &str) {
+    pub(crate) fn nack(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.nacks += 1);
     }
 
-    pub(crate) fn stale(&self, variant: &'static str, type_label: &str) {
+    pub(crate) fn stale(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.stale += 1);
     }
 
@@ -118,6 +119,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (variant, types) in map.iter() {
                 for (t, m) in types {
+                    let t = escape(t);
                     let _ =
                         writeln!(out, "{name}{{variant=\"{variant}\",type=\"{t}\"}} {}", get(m));
                 }
@@ -130,6 +132,7 @@ impl Metrics {
         for (variant, t, m) in
             map.iter().flat_map(|(v, types)| types.iter().map(move |(t, m)| (v, t, m)))
         {
+            let t = escape(t);
             let _ = writeln!(
                 out,
                 "xds_ack_latency_seconds_count{{variant=\"{variant}\",type=\"{t}\"}} {}",
@@ -145,6 +148,15 @@ impl Metrics {
         }
         out
     }
+}
+
+/// A label value in Prometheus text: backslash, quote and newline escaped (the values come from
+/// a bounded set already; this keeps a custom type's configured name from breaking the format).
+fn escape(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return v.into();
+    }
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
 }
 
 #[cfg(test)]
@@ -167,5 +179,11 @@ mod tests {
             text.contains("xds_ack_latency_seconds_count{variant=\"sotw\",type=\"cluster\"} 1")
         );
         assert!(text.contains("xds_refused_total{reason=\"rate_limit\"} 1"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape("cluster"), "cluster");
     }
 }

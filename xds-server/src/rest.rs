@@ -17,7 +17,8 @@ use xds_proto::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryRe
 use xds_proto::pb::envoy::service::status::v3::ClientStatusRequest;
 use xds_proto::{EncodedResource, JsonError, ResourceType, TypeUrl};
 
-use crate::fetch::{Fetched, fetch};
+use crate::authz::{Access, Entry, Peer};
+use crate::fetch::{FetchError, Fetched, fetch};
 use crate::server::{Shared, XdsServer};
 
 /// The path of CSDS's REST mapping (the `google.api.http` option of `FetchClientStatus`).
@@ -44,7 +45,7 @@ impl XdsServer {
     /// | status | when |
     /// |---|---|
     /// | 400 | malformed JSON or an unknown field (the parse error names the field path); a `type_url` that contradicts the path; no `node` unless anonymous clients are allowed; more names than `max_names_per_request`; a type the cache does not serve (as gRPC's `InvalidArgument`: the request, not the server, is at fault) |
-    /// | 403 | the cache refuses the node |
+    /// | 403 | the authorization point (see [`crate::authz`]) or the cache refuses the node |
     /// | 404 | any other path: other types, `/v2/...`, and ADS and delta, which have no REST form (rule R1) |
     /// | 405 | a method other than `POST` |
     /// | 413 | a body larger than `max_request_bytes` |
@@ -65,6 +66,33 @@ impl XdsServer {
     /// # Ok(()) }
     /// ```
     pub fn rest_router(&self) -> Router {
+        let server = self.clone();
+        let handler =
+            post(move |request: Request| client_status(server.clone(), Entry::Rest, request));
+        self.discovery_routes().route(CLIENT_STATUS_PATH, post_only(handler)).fallback(not_found)
+    }
+
+    /// The REST-JSON discovery routes of [`rest_router`](Self::rest_router) without CSDS: for
+    /// a port that clients reach, with CSDS on the [`admin_router`](Self::admin_router).
+    ///
+    /// Each request is authorized with the peer found in its extensions ([`Peer::of_http`]):
+    /// serve it through [`transport::Incoming`](crate::transport::Incoming) with
+    /// `into_make_service_with_connect_info::<Peer>()` so client certificates reach the policy.
+    pub fn discovery_router(&self) -> Router {
+        self.discovery_routes().fallback(not_found)
+    }
+
+    /// CSDS as JSON (`POST /v3/discovery:client_status`) for an admin listener: authorized as
+    /// [`Entry::Admin`], which the ready policies allow, because the operator controls who can
+    /// reach that listener (bind it to localhost).
+    pub fn admin_router(&self) -> Router {
+        let server = self.clone();
+        let handler =
+            post(move |request: Request| client_status(server.clone(), Entry::Admin, request));
+        Router::new().route(CLIENT_STATUS_PATH, post_only(handler))
+    }
+
+    fn discovery_routes(&self) -> Router {
         let mut router = Router::new();
         for t in ResourceType::ALL {
             let Some(segment) = t.rest_path() else { continue };
@@ -72,9 +100,7 @@ impl XdsServer {
             let handler = post(move |request: Request| discovery(shared.clone(), t, request));
             router = router.route(&format!("/v3/discovery:{segment}"), post_only(handler));
         }
-        let server = self.clone();
-        let handler = post(move |request: Request| client_status(server.clone(), request));
-        router.route(CLIENT_STATUS_PATH, post_only(handler)).fallback(not_found)
+        router
     }
 }
 
@@ -97,6 +123,8 @@ enum RestError {
     Body(axum::Error),
     #[error(transparent)]
     Cache(CacheError),
+    #[error(transparent)]
+    Refused(crate::Refusal),
     #[error("{}", .0.message())]
     ClientStatus(tonic::Status),
     #[error("the server is shutting down")]
@@ -117,7 +145,9 @@ impl RestError {
             RestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::Cache(CacheError::UnknownType { .. }) => StatusCode::BAD_REQUEST,
             RestError::Cache(CacheError::UnsupportedVariant { .. }) => StatusCode::NOT_IMPLEMENTED,
-            RestError::Cache(CacheError::Refused { .. }) => StatusCode::FORBIDDEN,
+            RestError::Cache(CacheError::Refused { .. }) | RestError::Refused(_) => {
+                StatusCode::FORBIDDEN
+            }
             RestError::ClientStatus(s) => match s.code() {
                 tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
                 tonic::Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
@@ -234,6 +264,7 @@ async fn discover(
     if shared.shutdown.is_cancelled() {
         return Err(RestError::ShuttingDown);
     }
+    let peer = Peer::of_http(&request);
     let body = read_body(request, shared.config.limits.max_request_bytes).await?;
     let request: DiscoveryRequest = parse(&body, "DiscoveryRequest")?;
     let type_url = TypeUrl::from(t);
@@ -249,9 +280,13 @@ async fn discover(
     if request.resource_names.len() > max {
         return Err(RestError::TooManyNames { max, got: request.resource_names.len() });
     }
+    let names = &request.resource_names;
     let fetched =
-        fetch(shared, &node, &type_url, &request.resource_names, &request.version_info).await;
-    match fetched.map_err(RestError::Cache)? {
+        fetch(shared, &peer, Entry::Rest, &node, &type_url, names, &request.version_info).await;
+    match fetched.map_err(|e| match e {
+        FetchError::Refused(r) => RestError::Refused(r),
+        FetchError::Cache(e) => RestError::Cache(e),
+    })? {
         Fetched::NotModified => Ok(None),
         Fetched::Current { version, resources } => {
             let response = DiscoveryResponse {
@@ -271,8 +306,10 @@ async fn discover(
 }
 
 /// `POST /v3/discovery:client_status`: CSDS as JSON.
-async fn client_status(server: XdsServer, request: Request) -> Response {
+async fn client_status(server: XdsServer, entry: Entry, request: Request) -> Response {
+    let peer = Peer::of_http(&request);
     let answer = async {
+        server.shared.authorize(&peer, entry, Access::ClientStatus).map_err(RestError::Refused)?;
         let body = read_body(request, server.shared.config.limits.max_request_bytes).await?;
         // CSDS's REST mapping takes the whole body as the request; none means "everything".
         let request: ClientStatusRequest = if body.iter().all(u8::is_ascii_whitespace) {

@@ -15,6 +15,7 @@ use xds_cache::{Cache, CacheError};
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
 
+use crate::authz::{Access, AllowAll, Authorizer, Entry, Peer, UnauthenticatedSecrets};
 use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
 use crate::config::ServerConfig;
@@ -29,11 +30,15 @@ pub(crate) struct Shared {
     pub(crate) cache: Arc<dyn Cache>,
     pub(crate) config: ServerConfig,
     pub(crate) callbacks: Arc<dyn Callbacks>,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
+    pub(crate) secrets: UnauthenticatedSecrets,
     pub(crate) status: Arc<StatusRegistry>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) next_id: AtomicU64,
     pub(crate) open: AtomicUsize,
+    /// Configured custom types' (type URL, metric label): leaked once at build, a bounded set.
+    pub(crate) custom_labels: Vec<(String, &'static str)>,
 }
 
 impl Shared {
@@ -49,6 +54,35 @@ impl Shared {
             .map(|c| TypeUrl::from(c.clone()))
             .find(|t| t.as_str() == url)
             .unwrap_or(parsed)
+    }
+
+    /// The metric label of a type: the built-in types' and configured custom types' labels,
+    /// `unknown` for anything else, so that a peer cannot add label values (conventions 18).
+    pub(crate) fn label(&self, t: &TypeUrl) -> &'static str {
+        if let Some(b) = t.builtin() {
+            return b.label();
+        }
+        self.custom_labels
+            .iter()
+            .find(|(url, _)| url == t.as_str())
+            .map_or("unknown", |(_, label)| *label)
+    }
+
+    /// The authorization point (see [`crate::authz`]): every entry calls it before reading a
+    /// configuration or a client's status.
+    pub(crate) fn authorize(
+        &self,
+        peer: &Peer,
+        entry: Entry,
+        access: Access<'_>,
+    ) -> Result<(), crate::Refusal> {
+        let request = crate::authz::Request { peer, entry, access };
+        let decided = crate::authz::authorize(&*self.authorizer, self.secrets, &request);
+        if let Err(refusal) = &decided {
+            self.metrics.refused("unauthorized");
+            tracing::info!(?entry, addr = ?peer.remote_addr, reason = %refusal, "request refused");
+        }
+        decided
     }
 }
 
@@ -96,9 +130,27 @@ pub struct XdsServerBuilder {
     cache: Arc<dyn Cache>,
     config: ServerConfig,
     callbacks: Arc<dyn Callbacks>,
+    authorizer: Arc<dyn Authorizer>,
+    secrets: UnauthenticatedSecrets,
 }
 
 impl XdsServerBuilder {
+    /// Sets the authorization policy every entry asks (default [`AllowAll`]); see
+    /// [`crate::authz`] and the ready policy [`NodeIdentity`](crate::NodeIdentity).
+    #[must_use]
+    pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.authorizer = Arc::new(authorizer);
+        self
+    }
+
+    /// When `Secret` resources may go to a client without a verified certificate (default:
+    /// over gRPC only, never over REST).
+    #[must_use]
+    pub fn unauthenticated_secrets(mut self, secrets: UnauthenticatedSecrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
     /// Sets the limits and options.
     #[must_use]
     pub fn config(mut self, config: ServerConfig) -> Self {
@@ -115,11 +167,24 @@ impl XdsServerBuilder {
 
     /// The server.
     pub fn build(self) -> XdsServer {
+        let custom_labels = self
+            .config
+            .custom_types
+            .iter()
+            .map(|c| {
+                let t = TypeUrl::from(c.clone());
+                let label: &'static str = Box::leak(t.label().to_owned().into_boxed_str());
+                (t.as_str().to_owned(), label)
+            })
+            .collect();
         XdsServer {
             shared: Arc::new(Shared {
                 cache: self.cache,
                 config: self.config,
                 callbacks: self.callbacks,
+                authorizer: self.authorizer,
+                secrets: self.secrets,
+                custom_labels,
                 status: Arc::default(),
                 metrics: Arc::default(),
                 shutdown: CancellationToken::new(),
@@ -142,6 +207,8 @@ impl XdsServer {
             cache: Arc::new(cache),
             config: ServerConfig::default(),
             callbacks: Arc::new(NoCallbacks),
+            authorizer: Arc::new(AllowAll),
+            secrets: UnauthenticatedSecrets::default(),
         }
     }
 
@@ -358,6 +425,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         let shared = self.shared.clone();
         let type_url = TypeUrl::from(self.type_url);
         Box::pin(async move {
+            let peer = Peer::of(&request);
             let request = request.into_inner();
             if !request.type_url.is_empty() && request.type_url != type_url.as_str() {
                 return Err(Status::invalid_argument(format!(
@@ -376,9 +444,16 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
                     shared.config.limits.max_names_per_request
                 )));
             }
-            match fetch(&shared, &node, &type_url, &request.resource_names, &request.version_info)
-                .await
-                .map_err(|e| cache_status(&e))?
+            match fetch(
+                &shared,
+                &peer,
+                Entry::Fetch,
+                &node,
+                &type_url,
+                &request.resource_names,
+                &request.version_info,
+            )
+            .await?
             {
                 Fetched::Current { version, resources } => Ok(tonic::Response::new(SotwWire {
                     version_info: version,

@@ -37,10 +37,42 @@ pub struct NackStatus {
     pub version: String,
     /// The nonce of the rejected response.
     pub nonce: String,
-    /// The client's reason.
+    /// The client's reason, at most [`MAX_NACK_TEXT`] bytes (cut at a character boundary).
     pub error: String,
+    /// The length in bytes of the reason the client sent (more than `error.len()` when cut).
+    pub error_bytes: usize,
     /// When (milliseconds since the Unix epoch).
     pub at_ms: u64,
+}
+
+/// The most bytes of a NACK's text kept in status and CSDS: a client controls the text, and a
+/// stream keeps it until the next ACK (conventions 18).
+pub const MAX_NACK_TEXT: usize = 4096;
+
+impl NackStatus {
+    /// A NACK's status with its text cut to [`MAX_NACK_TEXT`] bytes.
+    pub(crate) fn new(version: String, nonce: String, error: &str, at_ms: u64) -> Self {
+        let mut end = error.len().min(MAX_NACK_TEXT);
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        NackStatus {
+            version: bounded_owned(&version),
+            nonce,
+            error: error[..end].to_owned(),
+            error_bytes: error.len(),
+            at_ms,
+        }
+    }
+}
+
+/// A version string a client echoes back, cut like a NACK text.
+fn bounded_owned(s: &str) -> String {
+    let mut end = s.len().min(MAX_NACK_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }
 
 /// The status of one stream.
@@ -154,6 +186,40 @@ impl StatusRegistry {
     /// Every stream's status as JSON: `{"streams": [...]}`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({ "streams": self.streams() })
+    }
+
+    /// One page of the streams' status as JSON, for a status page that must stay bounded with
+    /// many clients: the streams of `node` (every node when `None`), by stream id, skipping
+    /// `offset` and showing at most `limit`. `{"streams": [...], "total": N, "offset": O,
+    /// "next_offset": O2}`: `total` counts the matching streams, `next_offset` is present
+    /// when more follow.
+    pub fn page_json(&self, node: Option<&str>, offset: usize, limit: usize) -> serde_json::Value {
+        let entries: Vec<_> =
+            lock(&self.streams).values().map(|e| (e.status.clone(), e.detail.clone())).collect();
+        let mut total = 0;
+        let mut page = Vec::new();
+        for (status, detail) in entries {
+            if let Some(node) = node
+                && lock(&status).node_id != node
+            {
+                continue;
+            }
+            total += 1;
+            if total <= offset || page.len() >= limit {
+                continue;
+            }
+            // Only the page's streams are copied with their details.
+            let mut copy = lock(&status).clone();
+            if let Some(detail) = detail.and_then(|d| d.upgrade()) {
+                detail.fill(&mut copy);
+            }
+            page.push(copy);
+        }
+        let mut body = serde_json::json!({ "streams": page, "total": total, "offset": offset });
+        if offset.saturating_add(limit) < total {
+            body["next_offset"] = serde_json::json!(offset + limit);
+        }
+        body
     }
 }
 

@@ -1,9 +1,15 @@
-//! The HTTP side: REST-JSON xDS, `/healthz`, `/metrics` and `/status`.
+//! The admin listener: `/healthz`, `/metrics`, `/status` and CSDS as JSON. It has no
+//! authentication: bind it to localhost (the default) or a management network only.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use axum::extract::Query;
 use axum::routing::get;
 use xds_server::XdsServer;
+
+/// The most streams one `/status` page shows (`?limit=` may ask for fewer).
+const MAX_STATUS_PAGE: usize = 100;
 
 /// What /status shows about the configuration.
 #[derive(Default, serde::Serialize)]
@@ -14,20 +20,25 @@ pub(crate) struct ConfigState {
     pub(crate) error: Option<String>,
 }
 
-/// The HTTP routes.
-pub(crate) fn http_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -> axum::Router {
+/// The admin routes. `/status` takes `?node=ID` (that node's streams only), `?offset=N` and
+/// `?limit=N` (at most 100 streams a page; `next_offset` says where the next page starts).
+pub(crate) fn admin_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -> axum::Router {
     let metrics = server.clone();
     let status = server.clone();
     server
-        .rest_router()
+        .admin_router()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(move || {
             let mut text = metrics.metrics().render();
             text.push_str(&build_info());
             async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
         }))
-        .route("/status", get(move || {
-            let mut body = status.status().to_json();
+        .route("/status", get(move |Query(query): Query<HashMap<String, String>>| {
+            let number = |key: &str| query.get(key).and_then(|v| v.parse::<usize>().ok());
+            let limit = number("limit").unwrap_or(MAX_STATUS_PAGE).min(MAX_STATUS_PAGE);
+            let offset = number("offset").unwrap_or(0);
+            let node = query.get("node").map(String::as_str);
+            let mut body = status.status().page_json(node, offset, limit);
             if let Ok(s) = serde_json::to_value(&*state.lock().unwrap_or_else(|e| e.into_inner())) {
                 body["config"] = s;
             }

@@ -12,7 +12,8 @@ pub(crate) fn print_banner(args: &Args, tls: bool) {
     println!(
         r#"xds-file-server: serving {config}
   gRPC xDS (ADS + per-type, SotW + delta, CSDS): {scheme}://{grpc}
-  HTTP: REST-JSON http://{http}/v3/discovery:clusters, /healthz, /metrics, /status
+  REST-JSON xDS: {scheme}://{http}/v3/discovery:clusters
+  admin (/healthz, /metrics, /status, CSDS): http://{admin}
 
 Point Envoy at it (bootstrap):
   node: {{ id: envoy-1, cluster: demo }}
@@ -40,5 +41,6 @@ Point a proxyless gRPC client at it (GRPC_XDS_BOOTSTRAP_CONFIG), then dial xds:/
         protocol_options = <HttpProtocolOptions as prost::Name>::type_url(),
         grpc = args.grpc_addr,
         http = args.http_addr,
+        admin = args.admin_addr,
     );
 }

@@ -31,24 +31,53 @@ pub struct Args {
     /// Where gRPC xDS (ADS, per-type services, CSDS) listens.
     #[arg(long, default_value = "127.0.0.1:18000")]
     pub grpc_addr: SocketAddr,
-    /// Where REST-JSON xDS, /healthz, /metrics and /status listen.
+    /// Where REST-JSON xDS (`POST /v3/discovery:*`) listens. With --tls-cert it is HTTPS, with
+    /// --client-ca it requires client certificates, like the gRPC port.
     #[arg(long, default_value = "127.0.0.1:18001")]
     pub http_addr: SocketAddr,
-    /// PEM certificate chain for TLS on the gRPC port.
+    /// Where the admin endpoints listen: /healthz, /metrics, /status and CSDS
+    /// (`POST /v3/discovery:client_status`). Plain HTTP and no authentication: keep it on
+    /// localhost (see docs/security.md).
+    #[arg(long, default_value = "127.0.0.1:18002")]
+    pub admin_addr: SocketAddr,
+    /// PEM certificate chain for TLS on the gRPC and REST ports.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// PEM CA bundle: require client certificates signed by it (mTLS).
+    /// PEM CA bundle: require client certificates signed by it (mTLS) on the gRPC and REST
+    /// ports.
     #[arg(long, requires = "tls_cert")]
     pub client_ca: Option<PathBuf>,
-    /// Refuse a client whose node id its certificate does not name (DNS/URI SAN, or the last
-    /// segment of a SPIFFE id). Needs --client-ca.
+    /// Refuse a client whose certificate does not name its node id (DNS or URI SAN equal to
+    /// the id, or a SPIFFE id in a --trust-domain whose last segment is the id), or whose
+    /// cluster selects a group other than its id's (unless --shared-group). CSDS over gRPC is
+    /// refused; use the admin port. Needs --client-ca.
     #[arg(long, requires = "client_ca")]
     pub verify_node_id: bool,
+    /// A SPIFFE trust domain whose ids (`spiffe://DOMAIN/.../NODE-ID`) name nodes, for
+    /// --verify-node-id. Repeatable.
+    #[arg(long, requires = "verify_node_id")]
+    pub trust_domain: Vec<String>,
+    /// A group any verified node may be served through its cluster (with --verify-node-id a
+    /// node is otherwise served only its own id's group or the default group). Repeatable.
+    #[arg(long, requires = "verify_node_id")]
+    pub shared_group: Vec<String>,
+    /// Serve `Secret` resources (private keys) over REST to clients without a verified
+    /// certificate, e.g. plain HTTP: anyone who reaches the REST port reads every group's keys.
+    #[arg(long)]
+    pub rest_serve_secrets_without_tls: bool,
+    /// Close a connection that has not finished its TLS handshake and sent its first request
+    /// bytes within this many seconds.
+    #[arg(long, default_value_t = 10)]
+    pub handshake_timeout_s: u64,
+    /// The HTTP/2 MAX_CONCURRENT_STREAMS the gRPC port advertises.
+    #[arg(long, default_value_t = 256)]
+    pub max_concurrent_streams: u32,
     /// Also write the default group's resources as DiscoveryResponse files here (Envoy
-    /// filesystem subscriptions), replaced atomically on every change.
+    /// filesystem subscriptions), replaced atomically on every change, once the ports are
+    /// bound. `sds.*` files (private keys) are mode 0600.
     #[arg(long)]
     pub write_dir: Option<PathBuf>,
     /// The format of the files in --write-dir.

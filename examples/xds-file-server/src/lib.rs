@@ -6,11 +6,14 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tokio::io::{AsyncRead, AsyncWrite};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
-use xds_server::{FileFormat, FileWriter, RequireNodeIdentity, ServerConfig, XdsServer};
+use xds_server::transport::{Incoming, PeerInfo, TransportConfig, tls_config};
+use xds_server::{
+    FileFormat, FileWriter, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets, XdsServer,
+};
 
 mod admin;
 mod banner;
@@ -19,7 +22,7 @@ pub mod cli;
 pub mod config;
 mod reload;
 
-use admin::{ConfigState, http_router};
+use admin::{ConfigState, admin_router};
 use banner::print_banner;
 use cli::{Args, Format};
 use config::DEFAULT_GROUP;
@@ -47,14 +50,16 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let group_names = Arc::new(RwLock::new(initial.groups.keys().cloned().collect::<Vec<_>>()));
     let names = group_names.clone();
     // A node is served the group named by its id, else by its cluster, else the default group.
-    let cache = SnapshotCache::new(move |node: &Node| {
+    // The authorization policy groups with the same function (finding 3).
+    let grouping = move |node: &Node| {
         let names = names.read().unwrap_or_else(|e| e.into_inner());
         [&node.id, &node.cluster]
             .into_iter()
             .find(|k| !k.is_empty() && names.contains(k))
             .cloned()
             .unwrap_or_else(|| DEFAULT_GROUP.to_owned())
-    });
+    };
+    let cache = SnapshotCache::new(grouping.clone());
     let state = Arc::new(Mutex::new(ConfigState {
         path: args.config.display().to_string(),
         ..Default::default()
@@ -64,9 +69,36 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = XdsServer::builder(cache.clone())
         .config(ServerConfig { allow_anonymous: args.allow_anonymous, ..Default::default() });
     if args.verify_node_id {
-        builder = builder.callbacks(RequireNodeIdentity);
+        let mut policy =
+            NodeIdentity::new().grouping(grouping).shared_groups(args.shared_group.clone());
+        for domain in &args.trust_domain {
+            policy = policy.trust_domain(domain);
+        }
+        builder = builder.authorizer(policy);
+    }
+    if args.rest_serve_secrets_without_tls {
+        builder = builder.unauthenticated_secrets(UnauthenticatedSecrets::Serve);
     }
     let server = builder.build();
+
+    // Every port listens before anything is served or written: a second instance that cannot
+    // bind stops here, without touching --write-dir (finding 8).
+    let bind = |addr: std::net::SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))
+    };
+    let grpc_listener = bind(args.grpc_addr).await?;
+    let http_listener = bind(args.http_addr).await?;
+    let admin_listener = bind(args.admin_addr).await?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_config(cert, key, args.client_ca.as_deref())?),
+        _ => None,
+    };
+    let transport = TransportConfig {
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
+        ..Default::default()
+    };
 
     let reload = watch_config(
         args.config.clone(),
@@ -90,39 +122,40 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(FileWriter::new(dir, format).follow(cache.clone(), Node::default(), types));
     }
 
-    // Both ports listen before either serves: once /healthz answers, gRPC clients can connect.
-    let grpc_incoming = tonic::transport::server::TcpIncoming::bind(args.grpc_addr)
-        .map_err(|e| format!("cannot listen on {}: {e}", args.grpc_addr))?
-        .with_nodelay(Some(true));
-    let http = http_router(&server, state.clone());
-    let listener = tokio::net::TcpListener::bind(args.http_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.http_addr))?;
-    let http_shutdown = server.shutting_down();
+    let admin = admin_router(&server, state.clone());
+    let admin_shutdown = server.shutting_down();
     tokio::spawn(async move {
-        let served = axum::serve(listener, http).with_graceful_shutdown(http_shutdown).await;
+        let served =
+            axum::serve(admin_listener, admin).with_graceful_shutdown(admin_shutdown).await;
         if let Err(e) = served {
-            tracing::error!(error = %e, "the HTTP server failed");
+            tracing::error!(error = %e, "the admin server failed");
         }
     });
-
-    let mut grpc = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
-    let tls = args.tls_cert.is_some();
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        let mut config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(std::fs::read(cert)?, std::fs::read(key)?));
-        if let Some(ca) = &args.client_ca {
-            config = config.client_ca_root(Certificate::from_pem(std::fs::read(ca)?));
-        }
-        grpc = grpc.tls_config(config)?;
-    }
+    let rest = server.discovery_router();
+    match &tls {
+        Some(tls) => tokio::spawn(serve_rest(
+            Incoming::tls(http_listener, transport.clone(), tls.clone()),
+            rest,
+            server.clone(),
+        )),
+        None => tokio::spawn(serve_rest(
+            Incoming::plain(http_listener, transport.clone()),
+            rest,
+            server.clone(),
+        )),
+    };
     if args.log_format == cli::LogFormat::Text {
-        print_banner(&args, tls);
+        print_banner(&args, tls.is_some());
     } else {
         // A log pipeline reads one JSON object per line: no free text on stdout.
-        tracing::info!(grpc = %args.grpc_addr, http = %args.http_addr, tls, config = %args.config.display(), "serving");
+        tracing::info!(
+            grpc = %args.grpc_addr,
+            http = %args.http_addr,
+            admin = %args.admin_addr,
+            tls = tls.is_some(),
+            config = %args.config.display(),
+            "serving"
+        );
     }
 
     let stopping = server.clone();
@@ -136,8 +169,36 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             tracing::warn!(streams = left, "shutdown grace passed with streams still open");
         }
     };
-    grpc.add_routes(server.routes()).serve_with_incoming_shutdown(grpc_incoming, shutdown).await?;
+    let grpc = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .max_concurrent_streams(Some(args.max_concurrent_streams))
+        .add_routes(server.routes());
+    match tls {
+        Some(tls) => {
+            let incoming = Incoming::tls(grpc_listener, transport, tls);
+            grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
+        }
+        None => {
+            let incoming = Incoming::plain(grpc_listener, transport);
+            grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
+        }
+    }
     Ok(())
+}
+
+/// Serves REST-JSON xDS on `incoming`, each request carrying its connection's [`Peer`] for the
+/// authorization point.
+async fn serve_rest<S>(incoming: Incoming<S>, router: axum::Router, server: XdsServer)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + PeerInfo + 'static,
+{
+    let served = axum::serve(incoming, router.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(server.shutting_down())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "the REST server failed");
+    }
 }
 
 async fn wait_for_signal() {

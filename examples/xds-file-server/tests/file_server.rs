@@ -34,6 +34,7 @@ struct Running {
     child: Child,
     grpc: SocketAddr,
     http: SocketAddr,
+    admin: SocketAddr,
 }
 
 impl Drop for Running {
@@ -46,17 +47,18 @@ impl Drop for Running {
 impl Running {
     /// Starts the binary on free loopback ports and waits until it answers `/healthz`.
     async fn start(config: &Path, extra: &[&str]) -> Running {
-        let (grpc, http) = (free_addr(), free_addr());
+        let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
         let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
             .arg("--config")
             .arg(config)
             .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
+            .args(["--admin-addr", &admin.to_string()])
             .args(["--log", "warn"])
             .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let mut running = Running { child, grpc, http };
+        let mut running = Running { child, grpc, http, admin };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok((200, _)) = running.get("/healthz").await {
@@ -72,9 +74,9 @@ impl Running {
         self.child.try_wait().unwrap().is_none()
     }
 
-    /// A plain HTTP/1.1 GET on the HTTP port: the status code and the body.
+    /// A plain HTTP/1.1 GET on the admin port: the status code and the body.
     async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(self.http).await?;
+        let mut stream = tokio::net::TcpStream::connect(self.admin).await?;
         let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await?;
         let mut response = String::new();
@@ -298,4 +300,140 @@ async fn mtls_serves_a_client_only_as_the_node_its_certificate_names() {
         }),
     };
     assert!(!matches!(outcome, Some(Ok(_))), "served without a certificate: {outcome:?}");
+}
+
+// ---- trust boundaries (issue 11) ----
+
+/// A config with a Secret (a private key) in group `envoy-2` and a cluster for everyone.
+fn config_with_secret() -> String {
+    format!(
+        "{}groups:\n  envoy-2:\n    resources:\n      - \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\n        name: envoy-2-key\n        tls_certificate: {{ private_key: {{ inline_string: PRIVATE-KEY-OF-ENVOY-2 }} }}\n",
+        config_with(&["c1"])
+    )
+}
+
+impl Running {
+    /// A plain HTTP/1.1 POST on `addr`: the status code and the body.
+    async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (code, response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned())
+    }
+}
+
+#[tokio::test]
+async fn finding_1_plain_rest_serves_no_secrets_and_no_status() {
+    let dir = temp_dir("finding-1");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with_secret()).unwrap();
+    let server = Running::start(&path, &[]).await;
+
+    // The request that returned envoy-2's private key to anyone.
+    let steal = r#"{"node":{"id":"envoy-2"},"resourceNames":["envoy-2-key"]}"#;
+    let (code, body) = Running::post(server.http, "/v3/discovery:secrets", steal).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("envoy-2") && !body.contains("PRIVATE-KEY"), "{body}");
+    // Status, metrics and CSDS are not on the REST port any more ...
+    for path in ["/status", "/metrics", "/healthz"] {
+        let (code, body) = Running::post(server.http, path, "").await;
+        assert!(code == 404 || code == 405, "{path} on the REST port: {code} {body}");
+    }
+    let (code, _) = Running::post(server.http, "/v3/discovery:client_status", "").await;
+    assert_eq!(code, 404);
+    // ... but on the admin port.
+    let (code, body) = Running::post(server.admin, "/v3/discovery:client_status", "").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.get("/healthz").await.unwrap().0, 200);
+
+    // A legitimate REST client keeps getting its clusters.
+    let (code, body) =
+        Running::post(server.http, "/v3/discovery:clusters", r#"{"node":{"id":"envoy-1"}}"#).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"c1\""), "{body}");
+}
+
+#[tokio::test]
+async fn finding_1_status_is_filtered_by_node_and_paged() {
+    let dir = temp_dir("finding-1-status");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let server = Running::start(&path, &[]).await;
+    let mut streams = Vec::new();
+    for n in ["n1", "n2", "n3"] {
+        let mut s = Clusters::open(plain(&server).await, n).await.unwrap();
+        assert_eq!(s.next(n).await.unwrap(), ["c1"]);
+        streams.push(s);
+    }
+    let page = |body: String| serde_json::from_str::<serde_json::Value>(&body).unwrap();
+    let one = page(server.get("/status?node=n2").await.unwrap().1);
+    assert_eq!(one["total"], 1, "{one}");
+    assert_eq!(one["streams"][0]["node_id"], "n2", "{one}");
+    let first = page(server.get("/status?limit=2").await.unwrap().1);
+    assert_eq!((first["total"].as_u64(), first["streams"].as_array().unwrap().len()), (Some(3), 2));
+    assert_eq!(first["next_offset"], 2, "{first}");
+}
+
+#[tokio::test]
+async fn finding_8_an_instance_that_cannot_bind_writes_nothing() {
+    let dir = temp_dir("finding-8");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let first = Running::start(&path, &[]).await;
+    let out = dir.join("out");
+    // A second instance on the first one's gRPC port, with a --write-dir.
+    let status = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", &first.grpc.to_string(), "--http-addr", &free_addr().to_string()])
+        .args(["--admin-addr", &free_addr().to_string(), "--log", "error"])
+        .arg("--write-dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success());
+    assert!(!out.exists(), "the instance that failed to bind wrote {}", out.display());
+}
+
+#[tokio::test]
+async fn finding_7_the_grpc_port_limits_streams_and_closes_silent_connections() {
+    let dir = temp_dir("finding-7");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let server =
+        Running::start(&path, &["--handshake-timeout-s", "1", "--max-concurrent-streams", "7"])
+            .await;
+
+    // A client that speaks: the server's SETTINGS advertise MAX_CONCURRENT_STREAMS (0x3) = 7.
+    let mut speaker = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    speaker.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    let mut header = [0u8; 9];
+    speaker.read_exact(&mut header).await.unwrap();
+    assert_eq!(header[3], 0x4, "the server's first frame is SETTINGS");
+    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    speaker.read_exact(&mut payload).await.unwrap();
+    let settings: Vec<(u16, u32)> = payload
+        .chunks(6)
+        .map(|c| (u16::from_be_bytes([c[0], c[1]]), u32::from_be_bytes([c[2], c[3], c[4], c[5]])))
+        .collect();
+    assert!(settings.contains(&(0x3, 7)), "{settings:?}");
+
+    // A connection that never sends the preface is closed by the server.
+    let mut silent = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the silent connection stayed open");
+
+    // A real client is served throughout.
+    let mut client = Clusters::open(plain(&server).await, "n1").await.unwrap();
+    assert_eq!(client.next("n1").await.unwrap(), ["c1"]);
 }

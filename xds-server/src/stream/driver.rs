@@ -22,6 +22,7 @@ use xds_proto::{ResourceType, TypeUrl};
 
 use super::protocol::Protocol;
 use super::rate::TokenBucket;
+use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
 use crate::status::{Detail, NackStatus, StreamStatus, lock, now_ms};
@@ -71,6 +72,8 @@ impl<P: Protocol> Detail for Subs<P> {
 struct Driver<P: Protocol> {
     shared: Arc<Shared>,
     info: StreamInfo,
+    /// Who is on the other end, for the authorization point.
+    peer: Peer,
     /// The node, from the first request (rule S2).
     guard: StreamGuard<Node>,
     /// Whether the first request was accepted (node authorized).
@@ -139,6 +142,7 @@ pub(crate) fn open<P: Protocol>(
         status,
         done: false,
         events: Vec::new(),
+        peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
     };
@@ -283,24 +287,30 @@ impl<P: Protocol> Driver<P> {
             self.shared.metrics.refused("callback");
             return Err(status);
         }
-        self.shared.metrics.request(P::LABEL, type_url.label());
+        self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
         let mut subs = lock(&self.subs.0);
         let slot = match subs.entry(type_url.clone()) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
+                let node = self.guard.node().unwrap_or(&ANONYMOUS);
+                // The authorization point, once per type the stream subscribes to: the node and
+                // the type together decide (a Secret needs a certificate, say).
+                self.shared
+                    .authorize(
+                        &self.peer,
+                        Entry::Stream,
+                        Access::Resources { node, type_url: &type_url },
+                    )
+                    .map_err(|r| Status::permission_denied(r.0))?;
                 let watch = self
                     .shared
                     .cache
                     .watch(
-                        WatchRequest {
-                            node: self.guard.node().unwrap_or(&ANONYMOUS),
-                            type_url: &type_url,
-                            variant: P::VARIANT,
-                        },
+                        WatchRequest { node, type_url: &type_url, variant: P::VARIANT },
                         self.signal.clone(),
                     )
                     .map_err(|e| crate::server::cache_status(&e))?;
-                self.shared.metrics.stream_opened(P::LABEL, type_url.label());
+                self.shared.metrics.stream_opened(P::LABEL, self.shared.label(&type_url));
                 v.insert(Slot {
                     sub: P::new_sub(type_url.traits()),
                     watch,
@@ -316,7 +326,7 @@ impl<P: Protocol> Driver<P> {
         match &handled.kind {
             RequestKind::Ack { nonce, version } => {
                 let latency = slot.sent_at.take().map(|t| t.elapsed());
-                self.shared.metrics.ack(P::LABEL, type_url.label(), latency);
+                self.shared.metrics.ack(P::LABEL, self.shared.label(&type_url), latency);
                 self.events.push(Event::Ack {
                     type_url: type_url.clone(),
                     version: version.clone(),
@@ -332,22 +342,27 @@ impl<P: Protocol> Driver<P> {
             }
             RequestKind::Nack { nonce, version, error } => {
                 slot.sent_at = None;
-                self.shared.metrics.nack(P::LABEL, type_url.label());
+                self.shared.metrics.nack(P::LABEL, self.shared.label(&type_url));
                 self.events.push(Event::Nack {
                     type_url: type_url.clone(),
                     version: version.clone(),
                     nonce: nonce.clone(),
                     error: error.clone(),
                 });
-                tracing::info!(type_url = %type_url, %version, error = %error.message, "NACK");
-                ts.nack = Some(NackStatus {
-                    version: version.clone(),
-                    nonce: nonce.clone(),
-                    error: error.message.clone(),
-                    at_ms: now_ms(),
-                });
+                let nack =
+                    NackStatus::new(version.clone(), nonce.clone(), &error.message, now_ms());
+                tracing::info!(
+                    type_url = %type_url,
+                    version = %nack.version,
+                    error = %nack.error,
+                    error_bytes = nack.error_bytes,
+                    "NACK"
+                );
+                ts.nack = Some(nack);
             }
-            RequestKind::Stale { .. } => self.shared.metrics.stale(P::LABEL, type_url.label()),
+            RequestKind::Stale { .. } => {
+                self.shared.metrics.stale(P::LABEL, self.shared.label(&type_url))
+            }
             RequestKind::Initial | RequestKind::Spontaneous => {}
         }
         Ok(())
@@ -419,7 +434,7 @@ impl<P: Protocol> Driver<P> {
         let Some(sent) = sent else { return };
         slot.sent_at = Some(now);
         slot.refreshed_at = now;
-        self.shared.metrics.response(P::LABEL, type_url.label(), sent.bytes);
+        self.shared.metrics.response(P::LABEL, self.shared.label(type_url), sent.bytes);
         self.events.push(Event::Response {
             type_url: type_url.clone(),
             version: sent.version.clone(),
@@ -454,7 +469,7 @@ impl<P: Protocol> Drop for Driver<P> {
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);
         for t in lock(&self.subs.0).keys() {
-            self.shared.metrics.stream_closed(P::LABEL, t.label());
+            self.shared.metrics.stream_closed(P::LABEL, self.shared.label(t));
         }
         self.shared.callbacks.on_stream_closed(&self.info);
         tracing::debug!(stream = self.info.id, "stream closed");

@@ -1,0 +1,429 @@
+//! The authorization point: every way into the server (streams, unary fetch, REST fetch and long
+//! poll, CSDS) asks one [`Authorizer`] before it reads a configuration or a client's status.
+//!
+//! The decision is made on what selects the configuration: the peer (its certificate chain), the
+//! whole [`Node`] the request carries (id, cluster, metadata, locality: whatever the cache's
+//! grouping reads) and the type requested. A refusal ends the request with `PERMISSION_DENIED`
+//! (gRPC) or `403` (REST), naming the node; no data is sent.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{ResourceType, TypeUrl};
+
+use crate::callbacks::Refusal;
+
+/// Who is on the other end of a connection, as the transport authenticated it.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    /// The client's address, when the transport knows it.
+    pub remote_addr: Option<SocketAddr>,
+    /// The client's TLS certificate chain (DER), leaf first; `None` without TLS or without a
+    /// client certificate. Only a chain the TLS layer verified belongs here.
+    pub certificates: Option<Arc<Vec<Vec<u8>>>>,
+}
+
+impl Peer {
+    /// The peer of a tonic request: its address and the certificates tonic's TLS (or
+    /// [`crate::transport`]) verified.
+    pub fn of<T>(request: &tonic::Request<T>) -> Peer {
+        Peer {
+            remote_addr: request.remote_addr(),
+            certificates: request
+                .peer_certs()
+                .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect())),
+        }
+    }
+
+    /// The peer of an HTTP request: a [`Peer`] extension, or axum's `ConnectInfo<Peer>` (what
+    /// [`crate::transport::Incoming`] gives `into_make_service_with_connect_info::<Peer>()`),
+    /// else tonic's connection info (a gRPC request).
+    pub fn of_http<B>(request: &http::Request<B>) -> Peer {
+        let ext = request.extensions();
+        if let Some(peer) = ext.get::<Peer>() {
+            return peer.clone();
+        }
+        if let Some(axum::extract::ConnectInfo(peer)) =
+            ext.get::<axum::extract::ConnectInfo<Peer>>()
+        {
+            return peer.clone();
+        }
+        if let Some(axum::extract::ConnectInfo(addr)) =
+            ext.get::<axum::extract::ConnectInfo<SocketAddr>>()
+        {
+            return Peer { remote_addr: Some(*addr), certificates: None };
+        }
+        Peer::default()
+    }
+
+    /// Whether the peer presented a (verified) client certificate.
+    pub fn is_authenticated(&self) -> bool {
+        self.certificates.as_ref().is_some_and(|c| !c.is_empty())
+    }
+}
+
+/// How a request came in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Entry {
+    /// A gRPC stream (ADS or per-type, SotW or delta).
+    Stream,
+    /// A unary gRPC `Fetch*`.
+    Fetch,
+    /// REST-JSON (fetch, long poll, or CSDS on [`rest_router`](crate::XdsServer::rest_router)).
+    Rest,
+    /// gRPC CSDS on the xDS port.
+    Csds,
+    /// The admin router ([`admin_router`](crate::XdsServer::admin_router)): trusted by where
+    /// the operator binds it (localhost), not by who connects.
+    Admin,
+}
+
+/// What a request wants to read.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Access<'a> {
+    /// Resources of one type, as `node` is served them.
+    Resources {
+        /// The node the request claims to be (everything the grouping can read).
+        node: &'a Node,
+        /// The type requested.
+        type_url: &'a TypeUrl,
+    },
+    /// Every client's status (CSDS).
+    ClientStatus,
+}
+
+/// One decision to make.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// Who asks.
+    pub peer: &'a Peer,
+    /// How the request came in.
+    pub entry: Entry,
+    /// What it wants.
+    pub access: Access<'a>,
+}
+
+impl Request<'_> {
+    /// The node, for a resource request.
+    pub fn node(&self) -> Option<&Node> {
+        match self.access {
+            Access::Resources { node, .. } => Some(node),
+            Access::ClientStatus => None,
+        }
+    }
+}
+
+/// Decides whether a request may read what it asks for. Called for every stream (once per type
+/// it subscribes to), every unary and REST fetch, and every CSDS request, with no lock held.
+///
+/// Keep it quick and synchronous (it parses a certificate at most).
+pub trait Authorizer: Send + Sync + 'static {
+    /// `Ok` to serve, `Err` to refuse with the refusal's reason.
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal>;
+}
+
+/// Allows everything (the default: a server without TLS has nobody to tell apart).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllowAll;
+
+impl Authorizer for AllowAll {
+    fn authorize(&self, _: &Request<'_>) -> Result<(), Refusal> {
+        Ok(())
+    }
+}
+
+impl<F> Authorizer for F
+where
+    F: Fn(&Request<'_>) -> Result<(), Refusal> + Send + Sync + 'static,
+{
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
+        self(request)
+    }
+}
+
+/// When `Secret` resources (private keys) may go to a peer without a client certificate.
+/// Checked before the [`Authorizer`], so it holds whatever policy is configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnauthenticatedSecrets {
+    /// Never: every entry refuses `Secret` to a peer without a client certificate.
+    Refuse,
+    /// Over gRPC only (the default, as before this check existed): REST refuses `Secret` to a
+    /// peer without a client certificate, since REST is what `curl` from anywhere reaches.
+    #[default]
+    GrpcOnly,
+    /// Everywhere (an explicit opt-in: anyone who can reach a port reads the keys).
+    Serve,
+}
+
+/// Which group a node is served: the same function the cache groups by (e.g. the one given to
+/// `SnapshotCache::new`).
+pub type Grouping = Arc<dyn Fn(&Node) -> String + Send + Sync>;
+
+/// The ready policy: the client certificate must name the node, and the node's other fields must
+/// not select a configuration other than the one its id selects.
+///
+/// **Identity.** The leaf certificate must carry a DNS or URI subject alternative name equal to
+/// the node id, or a SPIFFE id `spiffe://<trust-domain>/<path>` whose trust domain is one of
+/// [`trust_domain`](Self::trust_domain) and whose last path segment is the node id
+/// (`spiffe://mesh.example/ns/default/sa/envoy-1` for node `envoy-1`). A SPIFFE id in any other
+/// trust domain names nobody.
+///
+/// **Grouping.** With [`grouping`](Self::grouping), the group the whole node selects must be
+/// the group a node carrying only the certified id selects (or one of the
+/// [`shared_groups`](Self::shared_groups)): a node cannot reach another group by setting its
+/// `cluster`, metadata or locality.
+///
+/// **CSDS** (every client's status) is refused to every peer except on the admin router.
+#[derive(Clone, Default)]
+pub struct NodeIdentity {
+    trust_domains: Vec<String>,
+    grouping: Option<Grouping>,
+    shared_groups: Vec<String>,
+}
+
+impl std::fmt::Debug for NodeIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeIdentity")
+            .field("trust_domains", &self.trust_domains)
+            .field("grouping", &self.grouping.is_some())
+            .field("shared_groups", &self.shared_groups)
+            .finish()
+    }
+}
+
+impl NodeIdentity {
+    /// DNS/URI SANs equal to the node id; no SPIFFE trust domain; no grouping check.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Accepts SPIFFE ids of `domain` (e.g. `mesh.example`).
+    #[must_use]
+    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
+        self.trust_domains.push(domain.into().to_ascii_lowercase());
+        self
+    }
+
+    /// Checks that the node selects its own id's group (see the type's doc).
+    #[must_use]
+    pub fn grouping(mut self, grouping: impl Fn(&Node) -> String + Send + Sync + 'static) -> Self {
+        self.grouping = Some(Arc::new(grouping));
+        self
+    }
+
+    /// Groups any authenticated node may be served besides its own (e.g. a shared default).
+    #[must_use]
+    pub fn shared_groups(mut self, groups: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.shared_groups.extend(groups.into_iter().map(Into::into));
+        self
+    }
+
+    fn names_node(&self, san: &str, id: &str) -> bool {
+        if let Some(rest) = san.strip_prefix("spiffe://") {
+            // spiffe://<trust-domain>/<path>: the domain must be ours, the last segment the id.
+            let Some((domain, path)) = rest.split_once('/') else { return false };
+            return self.trust_domains.iter().any(|d| d.eq_ignore_ascii_case(domain))
+                && !path.is_empty()
+                && path.rsplit('/').next() == Some(id);
+        }
+        san == id
+    }
+
+    /// Checks the certificate chain names `node.id`.
+    pub fn check_identity(&self, peer: &Peer, node: &Node) -> Result<(), Refusal> {
+        let Some(leaf) = peer.certificates.as_deref().and_then(|c| c.first()) else {
+            return Err(refusal(node, "a client certificate is required"));
+        };
+        let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|e| refusal(node, &format!("unreadable client certificate: {e}")))?;
+        let names: Vec<String> = match cert.subject_alternative_name() {
+            Ok(Some(san)) => san
+                .value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_owned()),
+                    x509_parser::extensions::GeneralName::URI(u) => Some((*u).to_owned()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !node.id.is_empty() && names.iter().any(|n| self.names_node(n, &node.id)) {
+            return Ok(());
+        }
+        let mut shown: Vec<String> = names.iter().take(4).map(|n| bounded(n, 128)).collect();
+        if names.len() > 4 {
+            shown.push(format!("and {} more", names.len() - 4));
+        }
+        Err(refusal(
+            node,
+            &format!(
+                "the client certificate does not name it (names: {})",
+                if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
+            ),
+        ))
+    }
+
+    fn check_group(&self, node: &Node) -> Result<(), Refusal> {
+        let Some(grouping) = &self.grouping else { return Ok(()) };
+        let selected = grouping(node);
+        let own = grouping(&Node { id: node.id.clone(), ..Default::default() });
+        if selected == own || self.shared_groups.contains(&selected) {
+            return Ok(());
+        }
+        Err(refusal(
+            node,
+            &format!(
+                "its cluster, metadata or locality selects group {:?}, not its own {:?}",
+                bounded(&selected, 128),
+                bounded(&own, 128)
+            ),
+        ))
+    }
+}
+
+impl Authorizer for NodeIdentity {
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
+        match request.access {
+            Access::Resources { node, .. } => {
+                self.check_identity(request.peer, node)?;
+                self.check_group(node)
+            }
+            Access::ClientStatus if request.entry == Entry::Admin => Ok(()),
+            Access::ClientStatus => {
+                Err(Refusal("client status (CSDS) is served on the admin listener only".to_owned()))
+            }
+        }
+    }
+}
+
+/// A refusal that names the node (bounded: the id is the peer's).
+pub(crate) fn refusal(node: &Node, why: &str) -> Refusal {
+    Refusal(format!("node {:?} refused: {why}", bounded(&node.id, 128)))
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// The server's authorization point: the secrets rule, then the configured policy.
+pub(crate) fn authorize(
+    policy: &dyn Authorizer,
+    secrets: UnauthenticatedSecrets,
+    request: &Request<'_>,
+) -> Result<(), Refusal> {
+    if let Access::Resources { node, type_url } = request.access
+        && type_url.builtin() == Some(ResourceType::Secret)
+        && !request.peer.is_authenticated()
+    {
+        let refuse = match secrets {
+            UnauthenticatedSecrets::Refuse => true,
+            UnauthenticatedSecrets::GrpcOnly => request.entry == Entry::Rest,
+            UnauthenticatedSecrets::Serve => false,
+        };
+        if refuse {
+            return Err(refusal(
+                node,
+                "Secret resources are served only to a client with a verified certificate",
+            ));
+        }
+    }
+    policy.authorize(request)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn peer(names: &[&str]) -> Peer {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let der = rcgen::generate_simple_self_signed(names).unwrap().cert.der().to_vec();
+        Peer { remote_addr: None, certificates: Some(Arc::new(vec![der])) }
+    }
+
+    fn node(id: &str, cluster: &str) -> Node {
+        Node { id: id.into(), cluster: cluster.into(), ..Default::default() }
+    }
+
+    fn ask(policy: &NodeIdentity, peer: &Peer, node: &Node) -> Result<(), Refusal> {
+        let t = TypeUrl::from(ResourceType::Cluster);
+        policy.authorize(&Request {
+            peer,
+            entry: Entry::Stream,
+            access: Access::Resources { node, type_url: &t },
+        })
+    }
+
+    #[test]
+    fn the_node_id_must_be_named_by_the_certificate() {
+        let p = NodeIdentity::new();
+        let envoy1 = peer(&["envoy-1"]);
+        assert_eq!(ask(&p, &envoy1, &node("envoy-1", "")), Ok(()));
+        let refused = ask(&p, &envoy1, &node("evil", "")).unwrap_err();
+        assert!(refused.0.contains("node \"evil\" refused") && refused.0.contains("envoy-1"));
+        let none = ask(&p, &Peer::default(), &node("envoy-1", "")).unwrap_err();
+        assert!(none.0.contains("certificate is required"));
+        let garbage = Peer { remote_addr: None, certificates: Some(Arc::new(vec![vec![1, 2, 3]])) };
+        assert!(ask(&p, &garbage, &node("envoy-1", "")).unwrap_err().0.contains("unreadable"));
+    }
+
+    #[test]
+    fn spiffe_ids_match_only_in_a_configured_trust_domain() {
+        let p = NodeIdentity::new().trust_domain("mesh.example");
+        let ours = peer(&["spiffe://mesh.example/ns/default/sa/envoy-2"]);
+        assert_eq!(ask(&p, &ours, &node("envoy-2", "")), Ok(()));
+        assert!(ask(&p, &ours, &node("sa", "")).is_err());
+        let theirs = peer(&["spiffe://other-domain/ns/evil/sa/envoy-2"]);
+        assert!(ask(&p, &theirs, &node("envoy-2", "")).is_err());
+        // Without a configured domain, no SPIFFE id names anyone.
+        assert!(ask(&NodeIdentity::new(), &ours, &node("envoy-2", "")).is_err());
+    }
+
+    #[test]
+    fn the_cluster_cannot_select_another_group() {
+        let p = NodeIdentity::new().grouping(|n: &Node| {
+            if n.cluster.is_empty() { n.id.clone() } else { n.cluster.clone() }
+        });
+        let envoy1 = peer(&["envoy-1"]);
+        assert_eq!(ask(&p, &envoy1, &node("envoy-1", "envoy-1")), Ok(()));
+        let refused = ask(&p, &envoy1, &node("envoy-1", "envoy-2")).unwrap_err();
+        assert!(refused.0.contains("\"envoy-2\""), "{}", refused.0);
+        let shared = p.shared_groups(["envoy-2"]);
+        assert_eq!(ask(&shared, &envoy1, &node("envoy-1", "envoy-2")), Ok(()));
+    }
+
+    #[test]
+    fn secrets_need_a_certificate_on_rest_by_default() {
+        let t = TypeUrl::from(ResourceType::Secret);
+        let n = node("n", "");
+        let anonymous = Peer::default();
+        let ask = |entry, secrets| {
+            authorize(
+                &AllowAll,
+                secrets,
+                &Request {
+                    peer: &anonymous,
+                    entry,
+                    access: Access::Resources { node: &n, type_url: &t },
+                },
+            )
+        };
+        assert!(ask(Entry::Rest, UnauthenticatedSecrets::GrpcOnly).is_err());
+        assert!(ask(Entry::Stream, UnauthenticatedSecrets::GrpcOnly).is_ok());
+        assert!(ask(Entry::Stream, UnauthenticatedSecrets::Refuse).is_err());
+        assert!(ask(Entry::Rest, UnauthenticatedSecrets::Serve).is_ok());
+    }
+}

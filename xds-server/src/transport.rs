@@ -1,0 +1,414 @@
+//! Accepting connections for the gRPC and REST ports: TLS with client certificates, a deadline
+//! for the TLS handshake and the first bytes of the protocol, and an accept loop that backs off
+//! on errors (out of file descriptors, say) instead of spinning.
+//!
+//! [`Incoming`] is both a `Stream` of connections for tonic's
+//! `serve_with_incoming_shutdown` and an [`axum::serve::Listener`] whose address is the
+//! connection's [`Peer`] (remote address and verified client certificates), so that
+//! `axum::serve(incoming, router.into_make_service_with_connect_info::<Peer>())` hands every
+//! request the peer the [authorization point](crate::authz) decides on.
+//!
+//! Nothing is spawned: handshakes progress while the server polls the stream for the next
+//! connection (it always does), at most [`TransportConfig::max_handshakes`] at a time.
+
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::server::TlsStream;
+
+use crate::authz::Peer;
+
+/// How connections are accepted.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    /// A connection must finish its TLS handshake and send its first
+    /// [`PREFACE_BYTES`] bytes (the HTTP/2 preface, or an HTTP/1 request line) within this
+    /// time after it is accepted, or it is closed (default 10 s).
+    pub handshake_timeout: Duration,
+    /// Connections in their handshake at once; past it, new connections wait in the kernel's
+    /// backlog (default 256).
+    pub max_handshakes: usize,
+    /// The first pause after an accept error; doubled up to `max_accept_backoff` (100 ms).
+    pub accept_backoff: Duration,
+    /// The longest pause after repeated accept errors (1 s).
+    pub max_accept_backoff: Duration,
+    /// `TCP_NODELAY` on accepted connections (true).
+    pub nodelay: bool,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 256,
+            accept_backoff: Duration::from_millis(100),
+            max_accept_backoff: Duration::from_secs(1),
+            nodelay: true,
+        }
+    }
+}
+
+/// The bytes a connection must send before [`TransportConfig::handshake_timeout`]: the length
+/// of the HTTP/2 client preface.
+pub const PREFACE_BYTES: usize = 24;
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        error: io::Error,
+    },
+    /// A PEM file holds no usable certificate or key.
+    #[error("{path}: {what}")]
+    Pem {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(String),
+}
+
+/// A rustls server configuration from PEM files: the server's chain and key, and with
+/// `client_ca` a required, verified client certificate (mTLS). ALPN offers `h2` and
+/// `http/1.1`.
+pub fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let read = |path: &Path| {
+        std::fs::read(path)
+            .map_err(|error| TlsError::Read { path: path.display().to_string(), error })
+    };
+    let pem_error =
+        |path: &Path, what: String| TlsError::Pem { path: path.display().to_string(), what };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| pem_error(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(pem_error(cert, "no certificate".into()));
+    }
+    let key_der =
+        PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| pem_error(key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
+                let c = c.map_err(|e| pem_error(ca, e.to_string()))?;
+                roots.add(c).map_err(|e| pem_error(ca, e.to_string()))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| TlsError::Rustls(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config =
+        builder.with_single_cert(certs, key_der).map_err(|e| TlsError::Rustls(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+type Handshake<S> = Pin<Box<dyn Future<Output = Option<Conn<S>>> + Send>>;
+
+/// Turns an accepted TCP connection into the served one (TLS handshake, or nothing).
+type Upgrade<S> =
+    Arc<dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = io::Result<S>> + Send>> + Send + Sync>;
+
+/// What a connection type tells about its peer.
+pub trait PeerInfo {
+    /// The peer: address and verified client certificates.
+    fn peer(&self) -> Peer;
+}
+
+impl PeerInfo for TcpStream {
+    fn peer(&self) -> Peer {
+        Peer { remote_addr: self.peer_addr().ok(), certificates: None }
+    }
+}
+
+impl PeerInfo for TlsStream<TcpStream> {
+    fn peer(&self) -> Peer {
+        let (tcp, session) = self.get_ref();
+        Peer {
+            remote_addr: tcp.peer_addr().ok(),
+            certificates: session
+                .peer_certificates()
+                .map(|c| Arc::new(c.iter().map(|c| c.as_ref().to_vec()).collect())),
+        }
+    }
+}
+
+/// Accepted connections (see the module doc).
+#[must_use = "an Incoming accepts nothing until it is served"]
+pub struct Incoming<S> {
+    listener: TcpListener,
+    upgrade: Upgrade<S>,
+    config: TransportConfig,
+    handshakes: FuturesUnordered<Handshake<S>>,
+    backoff: Option<Pin<Box<Sleep>>>,
+    next_backoff: Duration,
+}
+
+impl<S> std::fmt::Debug for Incoming<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .field("handshakes", &self.handshakes.len())
+            .finish()
+    }
+}
+
+impl Incoming<TcpStream> {
+    /// Plain TCP connections from `listener`.
+    pub fn plain(listener: TcpListener, config: TransportConfig) -> Self {
+        Self::with_upgrade(listener, config, Arc::new(|tcp| Box::pin(async move { Ok(tcp) })))
+    }
+}
+
+impl Incoming<TlsStream<TcpStream>> {
+    /// TLS connections from `listener` (see [`tls_config`]).
+    pub fn tls(
+        listener: TcpListener,
+        config: TransportConfig,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Self {
+        let acceptor = TlsAcceptor::from(tls);
+        Self::with_upgrade(
+            listener,
+            config,
+            Arc::new(move |tcp| {
+                let acceptor = acceptor.clone();
+                Box::pin(async move { acceptor.accept(tcp).await })
+            }),
+        )
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
+    fn with_upgrade(listener: TcpListener, config: TransportConfig, upgrade: Upgrade<S>) -> Self {
+        Incoming {
+            listener,
+            upgrade,
+            next_backoff: config.accept_backoff,
+            config,
+            handshakes: FuturesUnordered::new(),
+            backoff: None,
+        }
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    fn poll_accept(&mut self, cx: &mut Context<'_>) {
+        loop {
+            if self.handshakes.len() >= self.config.max_handshakes {
+                return;
+            }
+            if let Some(sleep) = &mut self.backoff {
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return;
+                }
+                self.backoff = None;
+            }
+            match self.listener.poll_accept(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Ok((tcp, addr))) => {
+                    self.next_backoff = self.config.accept_backoff;
+                    if self.config.nodelay {
+                        let _ = tcp.set_nodelay(true);
+                    }
+                    let deadline = Instant::now() + self.config.handshake_timeout;
+                    let upgrade = (self.upgrade)(tcp);
+                    self.handshakes.push(Box::pin(async move {
+                        match tokio::time::timeout_at(deadline, upgrade).await {
+                            Ok(Ok(io)) => Some(Conn::new(io, deadline)),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => {
+                                tracing::debug!(%addr, "TLS handshake timed out");
+                                None
+                            }
+                        }
+                    }));
+                }
+                // The peer gave up before we took it: nothing wrong with the listener.
+                Poll::Ready(Err(e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                // Out of file descriptors (EMFILE/ENFILE), out of memory, ...: the error repeats
+                // at once, so pause instead of spinning on a core (finding 7).
+                Poll::Ready(Err(e)) => {
+                    tracing::warn!(error = %e, pause = ?self.next_backoff, "accept failed; pausing");
+                    self.backoff = Some(Box::pin(tokio::time::sleep(self.next_backoff)));
+                    self.next_backoff = (self.next_backoff * 2).min(self.config.max_accept_backoff);
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for Incoming<S> {
+    type Item = Result<Conn<S>, io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            this.poll_accept(cx);
+            match this.handshakes.poll_next_unpin(cx) {
+                Poll::Ready(Some(Some(conn))) => return Poll::Ready(Some(Ok(conn))),
+                // A failed handshake: room for another accept.
+                Poll::Ready(Some(None)) => continue,
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<S> axum::serve::Listener for Incoming<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + PeerInfo + 'static,
+{
+    type Io = Conn<S>;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            if let Some(Ok(conn)) = self.next().await {
+                let peer = conn.inner.peer();
+                return (conn, peer);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(Peer { remote_addr: Some(self.listener.local_addr()?), certificates: None })
+    }
+}
+
+impl<S> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Incoming<S>>>
+    for Peer
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + PeerInfo + 'static,
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Incoming<S>>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+/// An accepted connection: closed with `TimedOut` if its first [`PREFACE_BYTES`] bytes do not
+/// arrive by the deadline (finding 7: idle connections that never speak are not kept).
+#[derive(Debug)]
+pub struct Conn<S> {
+    inner: S,
+    deadline: Option<Pin<Box<Sleep>>>,
+    read: usize,
+}
+
+impl<S> Conn<S> {
+    fn new(inner: S, deadline: Instant) -> Self {
+        Conn { inner, deadline: Some(Box::pin(tokio::time::sleep_until(deadline))), read: 0 }
+    }
+
+    /// The connection inside.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Some(deadline) = &mut this.deadline {
+            this.read += buf.filled().len() - before;
+            if this.read >= PREFACE_BYTES {
+                this.deadline = None;
+            } else if polled.is_pending() && deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent no request before the handshake deadline",
+                )));
+            }
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Conn<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
