@@ -206,10 +206,10 @@ fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<Parsed
     }
     .map_err(|e| {
         let mut reason = e.to_string();
-        if let xds_proto::JsonError::Syntax { line: Some(line), .. } = e {
-            if !reason.contains("line") {
-                reason.push_str(&format!(" (line {line})"));
-            }
+        if let xds_proto::JsonError::Syntax { line: Some(line), .. } = e
+            && !reason.contains("line")
+        {
+            reason.push_str(&format!(" (line {line})"));
         }
         err(String::new(), reason)
     })?;
