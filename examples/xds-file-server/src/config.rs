@@ -10,8 +10,11 @@
 //!     resources: [ ... ]
 //! ```
 //!
-//! A path may be one file or a directory of `.yaml`/`.yml`/`.json` files, read in name order and
-//! merged. Every resource is checked against its type's schema (an unknown field is an error that
+//! A path may be one file or a directory of `.yaml`/`.yml`/`.json` files (names starting with `.`
+//! are skipped, so a writer can prepare a file beside the real one and rename it over), read in
+//! name order and merged. [`Loader`] reloads it at the cost of the files that changed; only
+//! regular files are read, each bounded by the size limit and only if it did not change during
+//! the read. Every resource is checked against its type's schema (an unknown field is an error that
 //! names its path), names are unique per type and group, and every group's snapshot must pass the
 //! consistency check (rule O3). `examples/xds-file-server/config/default.yaml` is a complete example.
 
