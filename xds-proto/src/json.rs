@@ -104,12 +104,7 @@ pub fn from_json<M: Message + Name + Default>(value: &Value) -> Result<M, JsonEr
 
 /// Reads a message from JSON text; see [`from_json`].
 pub fn from_json_str<M: Message + Name + Default>(json: &str) -> Result<M, JsonError> {
-    let value: Value = serde_json::from_str(json).map_err(|e| JsonError::Syntax {
-        message: e.to_string(),
-        line: (e.line() > 0).then_some(e.line()),
-        column: (e.column() > 0).then_some(e.column()),
-    })?;
-    from_json(&value)
+    from_json(&json_value_from_str(json)?)
 }
 
 /// Reads a message from YAML text (Envoy's configuration style); see [`from_json`]. The YAML is
@@ -121,7 +116,7 @@ pub fn from_yaml_str<M: Message + Name + Default>(yaml: &str) -> Result<M, JsonE
 /// The YAML form of [`to_json`]'s output.
 pub fn to_yaml_string<M: Message + Name>(msg: &M) -> Result<String, JsonError> {
     let value = to_json(msg)?;
-    serde_yaml::to_string(&value)
+    serde_saphyr::to_string(&value)
         .map_err(|e| JsonError::Transcode { name: "yaml".to_owned(), message: e.to_string() })
 }
 
@@ -205,29 +200,191 @@ fn classify(path: &serde_path_to_error::Path, message: String) -> JsonError {
     JsonError::Schema { path, message }
 }
 
-/// Parses YAML into JSON, applying `<<` merge keys.
+/// The deepest nesting of sequences and mappings (YAML) or arrays and objects (JSON) a document
+/// may have. Envoy's own configurations stay far below (a route's weighted cluster inside a
+/// listener's inline route configuration is about 20 levels); the bound makes a hostile or
+/// generated document (`[[[[...]]]]` 100k deep) fail in time linear in its size, before any
+/// recursive code runs (convention 18).
+pub const MAX_NESTING: usize = 100;
+
 /// Converts YAML text to a JSON value, applying `<<` merge keys (for documents that hold more
 /// than one message, such as a control plane's configuration file).
+///
+/// Parsing is bounded: nesting deeper than [`MAX_NESTING`] and alias expansion beyond
+/// `serde-saphyr`'s default budget are refused with a [`JsonError::Syntax`] giving the line.
 pub fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
-    let syntax = |e: serde_yaml::Error| JsonError::Syntax {
-        line: e.location().map(|l| l.line()),
-        column: e.location().map(|l| l.column()),
-        message: e.to_string(),
-    };
-    let mut value: serde_yaml::Value = serde_yaml::from_str(yaml).map_err(syntax)?;
-    value.apply_merge().map_err(syntax)?;
+    let mut options = serde_saphyr::Options::default();
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = MAX_NESTING;
+    budget.flow_nesting_limit = MAX_NESTING;
+    // The document's size is bounded by whoever read it (the file server's --max-config-bytes):
+    // node, event and scalar counts grow with it, so only alias expansion needs its own bound
+    // (kept at the library's defaults).
+    budget.max_events = usize::MAX;
+    budget.max_nodes = usize::MAX;
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(yaml.len());
+    options.budget = Some(budget);
+    // YAML 1.2 as serde_yaml read it: `yes`/`on` are strings, `.nan` is a number.
+    options.strict_booleans = true;
+    options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
+    options.leading_zero_numbers_as_strings = true;
+    options.underscored_numbers_as_strings = true;
+    options.with_snippet = false;
+    let value: Yaml = serde_saphyr::from_str_with_options(yaml, options).map_err(|e| {
+        let location = e.location();
+        let line = location.map(|l| usize::try_from(l.line()).unwrap_or(usize::MAX));
+        let column = location.map(|l| usize::try_from(l.column()).unwrap_or(usize::MAX));
+        let message = e.without_snippet().to_string();
+        // The same words as JSON's refusal, whichever of the parser's limits tripped.
+        if message.contains("recursion limit") || message.contains("depth") {
+            return too_deep(line.unwrap_or(0), column.unwrap_or(0));
+        }
+        JsonError::Syntax { line, column, message }
+    })?;
     yaml_value_to_json(value)
+}
+
+/// Reads JSON text into a value, refusing nesting deeper than [`MAX_NESTING`] (with the line)
+/// before parsing, so the refusal costs one linear scan.
+pub fn json_value_from_str(json: &str) -> Result<Value, JsonError> {
+    check_json_nesting(json)?;
+    serde_json::from_str(json).map_err(|e| JsonError::Syntax {
+        message: e.to_string(),
+        line: (e.line() > 0).then_some(e.line()),
+        column: (e.column() > 0).then_some(e.column()),
+    })
+}
+
+/// One pass over JSON text counting open brackets outside strings: the first one past
+/// [`MAX_NESTING`] is an error naming its line and column.
+fn check_json_nesting(json: &str) -> Result<(), JsonError> {
+    let (mut depth, mut line, mut column) = (0usize, 1usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        column += 1;
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(too_deep(line, column));
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            '\n' => {
+                line += 1;
+                column = 0;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn too_deep(line: usize, column: usize) -> JsonError {
+    JsonError::Syntax {
+        message: format!("nesting deeper than {MAX_NESTING} levels at line {line} column {column}"),
+        line: Some(line),
+        column: Some(column),
+    }
+}
+
+/// A YAML node as read, before it becomes JSON: keys keep their scalar kind (`80:` is a number)
+/// and non-finite floats survive (JSON has no room for them).
+enum Yaml {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    String(String),
+    Sequence(Vec<Yaml>),
+    Mapping(Vec<(Yaml, Yaml)>),
+}
+
+impl<'de> serde::Deserialize<'de> for Yaml {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(YamlVisitor)
+    }
+}
+
+struct YamlVisitor;
+
+impl<'de> serde::de::Visitor<'de> for YamlVisitor {
+    type Value = Yaml;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML node")
+    }
+    fn visit_unit<E>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_none<E>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Yaml, E> {
+        Ok(Yaml::Bool(b))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<Yaml, E> {
+        Ok(Yaml::Int(i.into()))
+    }
+    fn visit_u64<E>(self, u: u64) -> Result<Yaml, E> {
+        Ok(Yaml::Int(u.into()))
+    }
+    fn visit_i128<E>(self, i: i128) -> Result<Yaml, E> {
+        Ok(Yaml::Int(i))
+    }
+    fn visit_u128<E: serde::de::Error>(self, u: u128) -> Result<Yaml, E> {
+        i128::try_from(u).map(Yaml::Int).map_err(|_| E::custom("integer out of range"))
+    }
+    fn visit_f64<E>(self, f: f64) -> Result<Yaml, E> {
+        Ok(Yaml::Float(f))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Yaml, E> {
+        Ok(Yaml::String(s.to_owned()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Yaml, E> {
+        Ok(Yaml::String(s))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Yaml::Sequence(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry()? {
+            entries.push(entry);
+        }
+        Ok(Yaml::Mapping(entries))
+    }
 }
 
 /// Converts a YAML value to JSON. Scalar keys that are not strings (`80:`, `true:`, `null:`)
 /// become their text, as in Envoy's own YAML loader; `.nan` and `.inf` become the proto3 JSON
 /// strings `"NaN"` and `"Infinity"`; tags are dropped.
-fn yaml_value_to_json(value: serde_yaml::Value) -> Result<Value, JsonError> {
-    use serde_yaml::Value as Yaml;
+fn yaml_value_to_json(value: Yaml) -> Result<Value, JsonError> {
     Ok(match value {
         Yaml::Null => Value::Null,
         Yaml::Bool(b) => Value::Bool(b),
-        Yaml::Number(n) => yaml_number_to_json(&n),
+        Yaml::Int(i) => i64::try_from(i)
+            .map(Value::from)
+            .or_else(|_| u64::try_from(i).map(Value::from))
+            .unwrap_or_else(|_| yaml_float_to_json(i as f64)),
+        Yaml::Float(f) => yaml_float_to_json(f),
         Yaml::String(s) => Value::String(s),
         Yaml::Sequence(items) => {
             Value::Array(items.into_iter().map(yaml_value_to_json).collect::<Result<_, _>>()?)
@@ -239,10 +396,11 @@ fn yaml_value_to_json(value: serde_yaml::Value) -> Result<Value, JsonError> {
                     Yaml::String(s) => s,
                     Yaml::Null => "null".to_owned(),
                     Yaml::Bool(b) => b.to_string(),
-                    Yaml::Number(n) => n.to_string(),
-                    other => {
+                    Yaml::Int(i) => i.to_string(),
+                    Yaml::Float(f) => f.to_string(),
+                    Yaml::Sequence(_) | Yaml::Mapping(_) => {
                         return Err(JsonError::Syntax {
-                            message: format!("a mapping key must be a scalar, not {other:?}"),
+                            message: "a mapping key must be a scalar, not a collection".into(),
                             line: None,
                             column: None,
                         });
@@ -252,34 +410,26 @@ fn yaml_value_to_json(value: serde_yaml::Value) -> Result<Value, JsonError> {
             }
             Value::Object(object)
         }
-        Yaml::Tagged(tagged) => yaml_value_to_json(tagged.value)?,
     })
 }
 
-/// A YAML number as JSON (non-finite floats as their proto3 JSON strings).
-fn yaml_number_to_json(n: &serde_yaml::Number) -> Value {
-    if let Some(i) = n.as_i64() {
-        Value::from(i)
-    } else if let Some(u) = n.as_u64() {
-        Value::from(u)
-    } else {
-        let f = n.as_f64().unwrap_or(f64::NAN);
-        serde_json::Number::from_f64(f).map_or_else(
-            || {
-                Value::String(
-                    if f.is_nan() {
-                        "NaN"
-                    } else if f > 0.0 {
-                        "Infinity"
-                    } else {
-                        "-Infinity"
-                    }
-                    .to_owned(),
-                )
-            },
-            Value::Number,
-        )
-    }
+/// A YAML float as JSON (non-finite floats as their proto3 JSON strings).
+fn yaml_float_to_json(f: f64) -> Value {
+    serde_json::Number::from_f64(f).map_or_else(
+        || {
+            Value::String(
+                if f.is_nan() {
+                    "NaN"
+                } else if f > 0.0 {
+                    "Infinity"
+                } else {
+                    "-Infinity"
+                }
+                .to_owned(),
+            )
+        },
+        Value::Number,
+    )
 }
 
 #[cfg(test)]
@@ -389,5 +539,39 @@ mod tests {
             json!({"1": "a", "true": "b", "null": "c", "x": ["NaN", "Infinity", "-Infinity", 1.5, -2, 3]})
         );
         assert!(matches!(yaml_to_json("? [1, 2]\n: x\n"), Err(JsonError::Syntax { .. })));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_with_its_line() {
+        // 100k levels in flow style, then block style: refused at the first level past the bound.
+        let flow = format!("resources:\n  - {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let err = yaml_to_json(&flow).unwrap_err();
+        assert!(matches!(err, JsonError::Syntax { line: Some(2), .. }), "{err:?}");
+        assert!(err.to_string().contains("nesting deeper than 100"), "{err}");
+        let mut block = String::new();
+        for level in 0..=MAX_NESTING {
+            block.push_str(&format!("{}k{level}:\n", "  ".repeat(level)));
+        }
+        let err = yaml_to_json(&block).unwrap_err();
+        assert!(err.to_string().contains("nesting deeper than 100"), "{err}");
+        let err = json_value_from_str(&format!("{{\"a\":\n{}", "[".repeat(100_000))).unwrap_err();
+        assert!(matches!(err, JsonError::Syntax { line: Some(2), .. }), "{err:?}");
+        assert!(err.to_string().contains("nesting deeper than 100"), "{err}");
+        // At the bound, both still parse.
+        let ok = format!("{}{}", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
+        assert!(json_value_from_str(&ok).is_ok());
+        assert!(yaml_to_json(&ok).is_ok());
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut yaml = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            yaml.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        assert!(matches!(yaml_to_json(&yaml), Err(JsonError::Syntax { .. })));
     }
 }

@@ -211,7 +211,7 @@ where
     let yaml_out = to_yaml_string(&message).unwrap();
     assert_eq!(from_yaml_str::<M>(&yaml_out).unwrap(), message, "YAML round trip of {yaml_out}");
     // The YAML written is the JSON written.
-    let reread: serde_json::Value = serde_yaml::from_str(&yaml_out).unwrap();
+    let reread: serde_json::Value = serde_saphyr::from_str(&yaml_out).unwrap();
     assert_eq!(reread, json);
     message
 }

@@ -18,6 +18,16 @@ pub(crate) struct ConfigState {
     pub(crate) loads: u64,
     pub(crate) groups: Vec<String>,
     pub(crate) error: Option<String>,
+    /// Loads published and loads rejected (the initial load counts).
+    pub(crate) reloads_ok: u64,
+    pub(crate) reloads_error: u64,
+    /// When a configuration was last published.
+    #[serde(skip)]
+    pub(crate) last_success: Option<std::time::SystemTime>,
+    /// Resources served by type label, over all groups.
+    pub(crate) resources: std::collections::BTreeMap<&'static str, u64>,
+    /// Files parsed since start (unchanged files are not parsed again).
+    pub(crate) files_parsed: u64,
 }
 
 /// The admin routes. `/status` takes `?node=ID` (that node's streams only), `?offset=N` and
@@ -25,12 +35,18 @@ pub(crate) struct ConfigState {
 pub(crate) fn admin_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -> axum::Router {
     let metrics = server.clone();
     let status = server.clone();
+    let (ready, config_metrics) = (state.clone(), state.clone());
     server
         .admin_router()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/ready", get(move || {
+            let answer = crate::reload::ready(&ready);
+            async move { answer }
+        }))
         .route("/metrics", get(move || {
             let mut text = metrics.metrics().render();
             text.push_str(&build_info());
+            text.push_str(&crate::reload::config_metrics(&config_metrics));
             async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
         }))
         .route("/status", get(move |Query(query): Query<HashMap<String, String>>| {

@@ -89,6 +89,14 @@ pub struct Args {
     /// Refuse a configuration file larger than this many bytes.
     #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
     pub max_config_bytes: u64,
+    /// Read a changed configuration once its files have been quiet this long (milliseconds): a
+    /// file still being written is not read half-way.
+    #[arg(long, default_value_t = 200)]
+    pub reload_quiet_ms: u64,
+    /// Poll the configuration every this many milliseconds instead of using file-system
+    /// notification (which is used when available, with a slow poll as a safety net).
+    #[arg(long)]
+    pub reload_poll_ms: Option<u64>,
     /// Log lines as text (coloured only on a terminal) or as one JSON object per line.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -10,19 +10,28 @@
 //!     resources: [ ... ]
 //! ```
 //!
-//! A path may be one file or a directory of `.yaml`/`.yml`/`.json` files, read in name order and
-//! merged. Every resource is checked against its type's schema (an unknown field is an error that
-//! names its path), names are unique per type and group, and every group's snapshot must pass the
+//! A path may be one file or a directory of `.yaml`/`.yml`/`.json` files (names starting with `.`
+//! are skipped, so a writer can prepare a file beside the real one and rename it over), read in
+//! name order and merged. [`Loader`] reloads it at the cost of the files that changed; only
+//! regular files are read, each bounded by the size limit and only if it did not change during
+//! the read. Every resource is checked against its type's schema (an unknown field is an error that
+//! names its path) and against Envoy's validation rules (`xds_proto::validate`: a port above
+//! 65535, a route without an action, ... are refused here rather than NACKed by every proxy),
+//! names are unique per type and group, and every group's snapshot must pass the
 //! consistency check (rule O3). `examples/xds-file-server/config/default.yaml` is a complete example.
 
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
-
-use serde_json::Value;
 use xds_cache::{Snapshot, SnapshotBuilder};
 use xds_proto::EncodedResource;
+
+mod loader;
+mod read;
+
+pub use loader::{LoadError, LoadStats, Loader};
+pub use read::Stamp;
 
 /// The name of the group served to nodes that no `groups:` entry names.
 pub const DEFAULT_GROUP: &str = "";
@@ -55,10 +64,15 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// The files a configuration path stands for, in the order they are read.
+/// The files a configuration path stands for, in the order they are read: the path itself, or
+/// the `.yaml`/`.yml`/`.json` entries of a directory whose names do not start with `.` (so a
+/// writer may prepare `.name.yaml` beside the real file and rename it over). A directory with no
+/// such entry is refused like an empty file: an emptied directory is an accident far more often
+/// than an intent to withdraw every resource.
 pub fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let err =
         |reason: String| ConfigError { file: path.to_owned(), location: String::new(), reason };
+    // `metadata` never opens the path, so a FIFO or device here cannot block us (finding 3).
     let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
     if !meta.is_dir() {
         return Ok(vec![path.to_owned()]);
@@ -66,22 +80,30 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|e| err(e.to_string()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+            !name.starts_with('.')
+                && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+        })
         .collect();
+    if files.is_empty() {
+        return Err(err("the directory has no .yaml, .yml or .json file; to serve no resources \
+                        write a file with `resources: []`"
+            .into()));
+    }
     files.sort();
     Ok(files)
 }
 
 /// What identifies the current content of a configuration path: changes when a file is added,
 /// removed, rewritten or renamed over.
-pub fn fingerprint(path: &Path) -> Vec<(PathBuf, Option<SystemTime>, u64)> {
+pub fn fingerprint(path: &Path) -> Vec<(PathBuf, Option<Stamp>)> {
     files(path)
         .unwrap_or_default()
         .into_iter()
         .map(|f| {
-            let meta = std::fs::metadata(&f).ok();
-            let modified = meta.as_ref().and_then(|m| m.modified().ok());
-            (f, modified, meta.map_or(0, |m| m.len()))
+            let stamp = std::fs::metadata(&f).ok().map(|m| Stamp::of(&m));
+            (f, stamp)
         })
         .collect()
 }
@@ -104,29 +126,15 @@ pub fn load_with(
     previous: &Config,
     max_file_bytes: u64,
 ) -> Result<Config, ConfigError> {
-    let mut interned = Interner::default();
+    let mut loader = Loader::new(path, max_file_bytes);
     for snapshot in previous.groups.values() {
         for t in snapshot.types() {
             for r in snapshot.resources(t) {
-                interned.intern(r.clone());
+                loader.interned.intern(r.clone());
             }
         }
     }
-    let mut builders: BTreeMap<String, SnapshotBuilder> = BTreeMap::new();
-    builders.entry(DEFAULT_GROUP.to_owned()).or_default();
-    for file in files(path)? {
-        let err =
-            |reason: String| ConfigError { file: file.clone(), location: String::new(), reason };
-        let size = std::fs::metadata(&file).map_err(|e| err(e.to_string()))?.len();
-        if size > max_file_bytes {
-            return Err(err(format!(
-                "the file has {size} bytes, more than the limit of {max_file_bytes}"
-            )));
-        }
-        let text = std::fs::read_to_string(&file).map_err(|e| err(e.to_string()))?;
-        read_text(&file, &text, &mut builders, &mut interned)?;
-    }
-    build(path, builders)
+    loader.load().map_err(LoadError::into_config_error)
 }
 
 /// Loads and checks a configuration from `text`, as if it had been read from the file `file`:
@@ -143,19 +151,48 @@ pub fn load_with(
 /// # Ok::<(), xds_file_server::config::ConfigError>(())
 /// ```
 pub fn parse_str(file: &Path, text: &str) -> Result<Config, ConfigError> {
-    let mut builders: BTreeMap<String, SnapshotBuilder> = BTreeMap::new();
-    builders.entry(DEFAULT_GROUP.to_owned()).or_default();
-    read_text(file, text, &mut builders, &mut Interner::default())?;
-    build(file, builders)
+    let parsed = parse_file(file, text, &mut Interner::default())?;
+    let mut builders = Builders::new();
+    builders.add(file, &parsed)?;
+    builders.build(file)
 }
 
-/// Reads one file's text into the group builders.
-fn read_text(
-    file: &Path,
-    text: &str,
-    builders: &mut BTreeMap<String, SnapshotBuilder>,
-    interned: &mut Interner,
-) -> Result<(), ConfigError> {
+/// One file's resources, by group, in the order the file lists them: what the loader keeps per
+/// file so that an unchanged file is never parsed again (finding 6).
+#[derive(Debug, Default)]
+pub struct ParsedFile {
+    groups: BTreeMap<String, Vec<EncodedResource>>,
+}
+
+impl ParsedFile {
+    /// How many resources the file defines, over all its groups.
+    pub fn len(&self) -> usize {
+        self.groups.values().map(Vec::len).sum()
+    }
+
+    /// Whether the file defines no resource.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every resource the file defines.
+    fn resources(&self) -> impl Iterator<Item = &EncodedResource> {
+        self.groups.values().flatten()
+    }
+}
+
+/// Where the `i`th resource of `group` sits in its file.
+fn location(group: &str, i: usize) -> String {
+    if group.is_empty() {
+        format!("resources[{i}]")
+    } else {
+        format!("groups.{group}.resources[{i}]")
+    }
+}
+
+/// Reads one file's text: parse, check every resource against its schema, encode it. Duplicates
+/// within the file are errors here; duplicates across files when the files are merged.
+fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<ParsedFile, ConfigError> {
     let err =
         |location: String, reason: String| ConfigError { file: file.to_owned(), location, reason };
     // An empty file is what a truncating editor or an interrupted copy leaves behind: taking it
@@ -166,48 +203,103 @@ fn read_text(
     if text.trim().is_empty() {
         return Err(empty());
     }
+    // Both parsers bound nesting depth (xds_proto::MAX_NESTING) in linear time (finding 5).
     let doc = if file.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str::<Value>(text)
-            .map_err(|e| err(String::new(), format!("syntax error: {e}")))?
+        xds_proto::json_value_from_str(text)
     } else {
-        xds_proto::yaml_to_json(text).map_err(|e| err(String::new(), e.to_string()))?
-    };
+        xds_proto::yaml_to_json(text)
+    }
+    .map_err(|e| {
+        let mut reason = e.to_string();
+        if let xds_proto::JsonError::Syntax { line: Some(line), .. } = e
+            && !reason.contains("line")
+        {
+            reason.push_str(&format!(" (line {line})"));
+        }
+        err(String::new(), reason)
+    })?;
     if doc.is_null() {
         return Err(empty());
     }
-    read_document(&doc, builders, interned).map_err(|(location, reason)| err(location, reason))
+    let mut parsed = ParsedFile::default();
+    read_document(&doc, &mut parsed, interned)
+        .map_err(|(location, reason)| err(location, reason))?;
+    // Duplicate names are found when files are merged (`Builders::add`), within a file too.
+    Ok(parsed)
 }
 
-/// Builds every group's snapshot, checking its consistency (rule O3); errors name `path`.
-fn build(path: &Path, builders: BTreeMap<String, SnapshotBuilder>) -> Result<Config, ConfigError> {
-    let mut groups = BTreeMap::new();
-    for (group, builder) in builders {
-        let snapshot = builder.build_consistent().map_err(|e| ConfigError {
-            file: path.to_owned(),
-            location: if group.is_empty() { "resources".into() } else { format!("groups.{group}") },
-            reason: e.to_string(),
-        })?;
-        groups.insert(group, snapshot);
+/// The merge of parsed files into one builder per group.
+struct Builders(BTreeMap<String, SnapshotBuilder>);
+
+impl Builders {
+    fn new() -> Builders {
+        let mut groups = BTreeMap::new();
+        groups.insert(DEFAULT_GROUP.to_owned(), SnapshotBuilder::default());
+        Builders(groups)
     }
-    Ok(Config { groups })
+
+    /// Adds a file's resources; a name already defined for its type in its group (by this file
+    /// or an earlier one) is an error naming the second definition.
+    fn add(&mut self, file: &Path, parsed: &ParsedFile) -> Result<(), ConfigError> {
+        for (group, resources) in &parsed.groups {
+            let builder = self.0.entry(group.clone()).or_default();
+            for (i, resource) in resources.iter().enumerate() {
+                if builder.contains(resource.type_url(), resource.name()) {
+                    return Err(ConfigError {
+                        file: file.to_owned(),
+                        location: location(group, i),
+                        reason: format!(
+                            "{} {:?} is defined twice",
+                            resource.type_url().label(),
+                            resource.name()
+                        ),
+                    });
+                }
+                builder.add_encoded(resource.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds every group's snapshot, checking its consistency (rule O3); errors name `path`.
+    fn build(self, path: &Path) -> Result<Config, ConfigError> {
+        let mut groups = BTreeMap::new();
+        for (group, builder) in self.0 {
+            let snapshot = builder.build_consistent().map_err(|e| ConfigError {
+                file: path.to_owned(),
+                location: if group.is_empty() {
+                    "resources".into()
+                } else {
+                    format!("groups.{group}")
+                },
+                reason: e.to_string(),
+            })?;
+            groups.insert(group, snapshot);
+        }
+        Ok(Config { groups })
+    }
 }
 
 type Located = (String, String);
 
 /// One shared handle per (type, name, version).
 #[derive(Default)]
-struct Interner(HashMap<(String, String, String), EncodedResource>);
+pub(crate) struct Interner(HashMap<(String, String, String), EncodedResource>);
 
 impl Interner {
-    fn intern(&mut self, r: EncodedResource) -> EncodedResource {
+    pub(crate) fn intern(&mut self, r: EncodedResource) -> EncodedResource {
         let key = (r.type_url().as_str().to_owned(), r.name().to_owned(), r.version().to_owned());
         self.0.entry(key).or_insert(r).clone()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
 fn read_document(
     doc: &Value,
-    builders: &mut BTreeMap<String, SnapshotBuilder>,
+    parsed: &mut ParsedFile,
     interned: &mut Interner,
 ) -> Result<(), Located> {
     let Some(top) = doc.as_object() else {
@@ -219,8 +311,8 @@ fn read_document(
         }
     }
     if let Some(list) = top.get("resources") {
-        let builder = builders.entry(DEFAULT_GROUP.to_owned()).or_default();
-        read_resources(list, "resources", builder, interned)?;
+        let out = parsed.groups.entry(DEFAULT_GROUP.to_owned()).or_default();
+        read_resources(list, "resources", out, interned)?;
     }
     if let Some(groups) = top.get("groups") {
         let groups = groups
@@ -238,8 +330,8 @@ fn read_document(
                 return Err((format!("{here}.{key}"), "unknown key: expected `resources`".into()));
             }
             let list = fields.get("resources").unwrap_or(&Value::Null);
-            let builder = builders.entry(name.clone()).or_default();
-            read_resources(list, &format!("{here}.resources"), builder, interned)?;
+            let out = parsed.groups.entry(name.clone()).or_default();
+            read_resources(list, &format!("{here}.resources"), out, interned)?;
         }
     }
     Ok(())
@@ -248,7 +340,7 @@ fn read_document(
 fn read_resources(
     list: &Value,
     at: &str,
-    builder: &mut SnapshotBuilder,
+    out: &mut Vec<EncodedResource>,
     interned: &mut Interner,
 ) -> Result<(), Located> {
     let items = match list {
@@ -256,18 +348,15 @@ fn read_resources(
         Value::Array(items) => items,
         _ => return Err((at.to_owned(), "expected a list of resources".into())),
     };
+    out.reserve(items.len());
     for (i, item) in items.iter().enumerate() {
         let here = format!("{at}[{i}]");
         let any = xds_proto::any_from_json(item).map_err(|e| (here.clone(), e.to_string()))?;
-        let resource =
-            EncodedResource::from_any(&any).map_err(|e| (here.clone(), e.to_string()))?;
-        if builder.contains(resource.type_url(), resource.name()) {
-            return Err((
-                here,
-                format!("{} {:?} is defined twice", resource.type_url().label(), resource.name()),
-            ));
-        }
-        builder.add_encoded(interned.intern(resource));
+        // Envoy's own rules (protoc-gen-validate), checked here so that a resource every proxy
+        // would NACK is refused at load, naming the field, and the last good config keeps serving.
+        xds_proto::validate_any(&any).map_err(|e| (here.clone(), e.to_string()))?;
+        let resource = EncodedResource::from_any(&any).map_err(|e| (here, e.to_string()))?;
+        out.push(interned.intern(resource));
     }
     Ok(())
 }

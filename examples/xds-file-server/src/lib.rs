@@ -26,7 +26,7 @@ use admin::{ConfigState, admin_router};
 use banner::print_banner;
 use cli::{Args, Format};
 use config::DEFAULT_GROUP;
-use reload::{publish, watch_config};
+use reload::{ReloadTiming, Reloader, publish};
 
 /// Runs the control plane until SIGINT or SIGTERM.
 ///
@@ -44,9 +44,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    let initial =
-        config::load_with(&args.config, &config::Config::default(), args.max_config_bytes)
-            .map_err(|e| format!("cannot start: {e}"))?;
+    let mut loader = config::Loader::new(&args.config, args.max_config_bytes);
+    let loaded = config::fingerprint(&args.config);
+    let initial = loader.load().map_err(|e| format!("cannot start: {}", e.into_config_error()))?;
     let group_names = Arc::new(RwLock::new(initial.groups.keys().cloned().collect::<Vec<_>>()));
     let names = group_names.clone();
     // A node is served the group named by its id, else by its cluster, else the default group.
@@ -100,14 +100,21 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ..Default::default()
     };
 
-    let reload = watch_config(
-        args.config.clone(),
-        args.max_config_bytes,
-        cache.clone(),
-        group_names.clone(),
-        state.clone(),
-    );
-    tokio::spawn(reload);
+    state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed = loader.parsed_total();
+    Reloader {
+        loader,
+        loaded,
+        timing: ReloadTiming {
+            quiet: Duration::from_millis(args.reload_quiet_ms),
+            poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
+            force_polling: args.reload_poll_ms.is_some(),
+        },
+        cache: cache.clone(),
+        names: group_names.clone(),
+        state: state.clone(),
+    }
+    .spawn()
+    .map_err(|e| format!("cannot start the reload thread: {e}"))?;
     if let Some(dir) = &args.write_dir {
         let format = match args.write_format {
             Format::Yaml => FileFormat::Yaml,

@@ -1,13 +1,20 @@
 //! Loading and reloading the configuration, and publishing each good version into the cache.
+//!
+//! Reloads run on a thread of their own, never on the async runtime: parsing a large file takes
+//! seconds of CPU, and a file-system call that blocks (it should not, see
+//! [`config::Loader`]) must not hold a runtime worker or keep the process from exiting on
+//! SIGTERM (finding 3). Serving never waits on a reload.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use xds_cache::SnapshotCache;
 
 use crate::admin::ConfigState;
-use crate::config;
+use crate::config::{self, LoadError, Loader, Stamp};
 
 /// Serves a loaded configuration: one snapshot per group; groups gone from the file are cleared.
 pub(crate) fn publish(
@@ -17,6 +24,7 @@ pub(crate) fn publish(
     state: &Mutex<ConfigState>,
 ) {
     let groups: Vec<String> = config.groups.keys().cloned().collect();
+    let resources = count_by_type(&config);
     for old in cache.groups() {
         if !config.groups.contains_key(&old) && cache.snapshot(&old).is_some() {
             cache.clear_snapshot(&old);
@@ -31,53 +39,225 @@ pub(crate) fn publish(
     state.loads += 1;
     state.groups = groups;
     state.error = None;
+    state.reloads_ok += 1;
+    state.last_success = Some(SystemTime::now());
+    state.resources = resources;
     tracing::info!(changed, "configuration published");
 }
 
-/// Polls the configuration for changes (4 times a second) and publishes each good version; a
-/// bad one is logged and shown in /status while the last good one keeps serving.
-pub(crate) async fn watch_config(
-    path: PathBuf,
-    max_bytes: u64,
-    cache: SnapshotCache,
-    names: Arc<RwLock<Vec<String>>>,
-    state: Arc<Mutex<ConfigState>>,
-) {
-    let mut seen = config::fingerprint(&path);
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = config::fingerprint(&path);
-        if now == seen {
-            continue;
+/// Resources served, by type label, over all groups. Labels come from [`xds_proto::ResourceType`]
+/// (custom types count as `custom`), so the metric's label values are a known set.
+fn count_by_type(config: &config::Config) -> BTreeMap<&'static str, u64> {
+    let mut counts = BTreeMap::new();
+    for snapshot in config.groups.values() {
+        for t in snapshot.types() {
+            let label = t.builtin().map_or("custom", |t| t.label());
+            *counts.entry(label).or_default() += snapshot.resources(t).count() as u64;
         }
-        seen = now;
-        // What is served now: unchanged resources are reused, not held twice.
-        let previous = config::Config {
-            groups: cache
-                .groups()
-                .into_iter()
-                .filter_map(|g| cache.snapshot(&g).map(|s| (g, s)))
-                .collect(),
-        };
-        match load_blocking(&path, previous, max_bytes).await {
-            Ok(config) => publish(&cache, config, &names, &state),
-            Err(e) => {
+    }
+    counts
+}
+
+/// How the reload thread learns of changes and how long it waits for them to settle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReloadTiming {
+    /// A change is acted on once the files have been quiet this long (finding 2: a file still
+    /// being written is not read).
+    pub(crate) quiet: Duration,
+    /// How often the files are polled: often without file-system notification, rarely (as a
+    /// safety net) with it.
+    pub(crate) poll: Duration,
+    /// Poll even if notification is available.
+    pub(crate) force_polling: bool,
+}
+
+/// What the reload thread works on.
+pub(crate) struct Reloader {
+    pub(crate) loader: Loader,
+    /// The fingerprint of the files as they were before the last load.
+    pub(crate) loaded: Vec<(PathBuf, Option<Stamp>)>,
+    pub(crate) timing: ReloadTiming,
+    pub(crate) cache: SnapshotCache,
+    pub(crate) names: Arc<RwLock<Vec<String>>>,
+    pub(crate) state: Arc<Mutex<ConfigState>>,
+}
+
+impl Reloader {
+    /// Starts the reload thread. It runs until the process exits: it holds nothing a clean
+    /// shutdown must wait for.
+    pub(crate) fn spawn(self) -> std::io::Result<()> {
+        std::thread::Builder::new().name("config-reload".into()).spawn(move || self.run())?;
+        Ok(())
+    }
+
+    fn run(mut self) {
+        let path = self.loader.path().to_owned();
+        let (events, watcher) =
+            if self.timing.force_polling { (channel().1, None) } else { watch(&path) };
+        let polling = watcher.is_none();
+        let poll =
+            if polling { self.timing.poll } else { self.timing.poll.max(Duration::from_secs(2)) };
+        let mut seen = self.loaded.clone();
+        let mut pending: Option<Instant> = None;
+        loop {
+            let wait =
+                pending.map_or(poll, |last| self.timing.quiet.saturating_sub(last.elapsed()));
+            if polling {
+                std::thread::sleep(wait);
+            } else if events.recv_timeout(wait).is_ok() {
+                pending = Some(Instant::now());
+                continue;
+            }
+            let now = config::fingerprint(&path);
+            if now != seen {
+                seen = now.clone();
+                // Polling sees a change only now: wait for it to settle. (With notification,
+                // the events already said so.)
+                if polling || pending.is_none() {
+                    pending = Some(Instant::now());
+                    continue;
+                }
+            }
+            match pending {
+                Some(last) if last.elapsed() >= self.timing.quiet => pending = None,
+                Some(_) => continue,
+                None => continue,
+            }
+            if now == self.loaded {
+                continue;
+            }
+            self.reload(now, &mut pending);
+        }
+    }
+
+    /// Loads the settled files and publishes them, or records why not.
+    fn reload(
+        &mut self,
+        fingerprint: Vec<(PathBuf, Option<Stamp>)>,
+        pending: &mut Option<Instant>,
+    ) {
+        let started = Instant::now();
+        let result = self.loader.load();
+        let stats = self.loader.last_stats();
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed =
+            self.loader.parsed_total();
+        match result {
+            Ok(config) => {
+                self.loaded = fingerprint;
+                tracing::info!(
+                    files = stats.files,
+                    parsed = stats.parsed,
+                    reused = stats.reused,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "configuration loaded"
+                );
+                publish(&self.cache, config, &self.names, &self.state);
+            }
+            Err(LoadError::Unstable(file)) => {
+                // Still being written: read it again after another quiet period.
+                tracing::debug!(file = %file.display(), "the file changed while it was read");
+                *pending = Some(Instant::now());
+            }
+            Err(LoadError::Invalid(e)) => {
+                self.loaded = fingerprint;
                 tracing::error!(error = %e, "configuration rejected; the last good one keeps serving");
-                state.lock().unwrap_or_else(|e| e.into_inner()).error = Some(e.to_string());
+                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                state.error = Some(e.to_string());
+                state.reloads_error += 1;
             }
         }
     }
 }
 
-async fn load_blocking(
-    path: &Path,
-    previous: config::Config,
-    max_bytes: u64,
-) -> Result<config::Config, String> {
-    let path = path.to_owned();
-    match tokio::task::spawn_blocking(move || config::load_with(&path, &previous, max_bytes)).await
+/// File-system notification for `path` (the directory, or a file's directory so that a file
+/// renamed over the watched one is seen), as a channel of "something changed". `None` when
+/// notification cannot start (no inotify instances left, an unsupported file system): the
+/// reload thread then polls.
+fn watch(path: &Path) -> (Receiver<()>, Option<notify::RecommendedWatcher>) {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let (tx, rx) = channel();
+    let target = if path.is_dir() {
+        path.to_owned()
+    } else {
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned()
+    };
+    let handler = move |event: notify::Result<notify::Event>| {
+        let relevant = match event {
+            Ok(event) => !matches!(event.kind, EventKind::Access(_)),
+            Err(_) => true,
+        };
+        if relevant {
+            // The reload thread gone means the process is exiting.
+            let _ = tx.send(());
+        }
+    };
+    match notify::recommended_watcher(handler)
+        .and_then(|mut w| w.watch(&target, RecursiveMode::NonRecursive).map(|()| w))
     {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("the loader failed: {e}")),
+        Ok(watcher) => (rx, Some(watcher)),
+        Err(e) => {
+            tracing::warn!(error = %e, "file-system notification unavailable; polling the configuration");
+            let (_, rx) = channel();
+            (rx, None)
+        }
     }
+}
+
+/// `/ready`: 200 while the served configuration is the newest valid one on disk; 503 with the
+/// reason while a newer one is rejected (finding 7). `/healthz` stays liveness.
+pub(crate) fn ready(state: &Mutex<ConfigState>) -> (axum::http::StatusCode, String) {
+    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+    match (&state.error, state.loads) {
+        (_, 0) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n".into()),
+        (Some(error), _) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the configuration on disk is rejected; the last good one keeps serving: {error}\n"
+            ),
+        ),
+        (None, _) => (axum::http::StatusCode::OK, "ready\n".into()),
+    }
+}
+
+/// The configuration's metrics in the Prometheus text format: loads by result, the time of the
+/// last success, whether the files on disk are rejected, files parsed and resources served by
+/// type (label values from [`xds_proto::ResourceType`], a known set).
+pub(crate) fn config_metrics(state: &Mutex<ConfigState>) -> String {
+    use std::fmt::Write;
+    let state = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "# HELP xds_config_reloads_total Configuration loads, by result.\n\
+         # TYPE xds_config_reloads_total counter\n\
+         xds_config_reloads_total{{result=\"ok\"}} {}\n\
+         xds_config_reloads_total{{result=\"error\"}} {}\n\
+         # HELP xds_config_error Whether the newest configuration on disk is rejected (1) or served (0).\n\
+         # TYPE xds_config_error gauge\n\
+         xds_config_error {}\n\
+         # HELP xds_config_files_parsed_total Configuration files parsed (unchanged files are reused).\n\
+         # TYPE xds_config_files_parsed_total counter\n\
+         xds_config_files_parsed_total {}\n",
+        state.reloads_ok,
+        state.reloads_error,
+        u8::from(state.error.is_some()),
+        state.files_parsed,
+    );
+    if let Some(at) = state.last_success {
+        let seconds = at.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let _ = write!(
+            out,
+            "# HELP xds_config_last_success_timestamp_seconds When a configuration was last published.\n\
+             # TYPE xds_config_last_success_timestamp_seconds gauge\n\
+             xds_config_last_success_timestamp_seconds {seconds:.3}\n"
+        );
+    }
+    out.push_str(
+        "# HELP xds_config_resources Resources served, by type, over all groups.\n\
+         # TYPE xds_config_resources gauge\n",
+    );
+    for (label, count) in &state.resources {
+        let _ = writeln!(out, "xds_config_resources{{type=\"{label}\"}} {count}");
+    }
+    out
 }

@@ -132,3 +132,102 @@ fn reloads_and_groups_share_unchanged_resources() {
     let again = second.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
     assert!(again.ptr_eq(in_default), "one copy per version across reloads");
 }
+
+#[test]
+fn an_emptied_directory_is_refused_like_an_empty_file() {
+    let dir = temp_dir("emptied");
+    let file = write(&dir, "a.yaml", &format!("resources:{CLA}"));
+    write(&dir, "notes.txt", "not configuration");
+    write(&dir, ".a.yaml.swp", "an editor's swap file is not configuration");
+    let mut loader = config::Loader::new(&dir, config::MAX_FILE_BYTES);
+    assert_eq!(loader.load().unwrap().groups[DEFAULT_GROUP].len(), 1);
+    std::fs::remove_file(&file).unwrap();
+    let err = loader.load().unwrap_err().to_string();
+    assert!(err.contains("has no .yaml, .yml or .json file"), "{err}");
+    assert!(err.contains(&dir.display().to_string()), "the error names the directory: {err}");
+    assert!(config::load(&dir).is_err(), "an empty directory is refused at start too");
+}
+
+/// Runs `f` on a thread and fails (instead of hanging) if it does not return in time.
+fn within_seconds<T: Send + 'static>(seconds: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(seconds)).expect("returned instead of blocking")
+}
+
+#[test]
+fn special_files_are_refused_without_blocking_and_reads_are_bounded() {
+    let dir = temp_dir("special");
+    write(&dir, "a.yaml", &format!("resources:{CLA}"));
+    let fifo = dir.join("b.yaml");
+    let c_path = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
+    let d = dir.clone();
+    let err = within_seconds(20, move || config::load(&d).unwrap_err().to_string());
+    assert!(err.contains("b.yaml") && err.contains("FIFO"), "{err}");
+    std::fs::remove_file(&fifo).unwrap();
+    assert!(config::load(&dir).is_ok(), "gone, the FIFO no longer stops loads");
+
+    // A symbolic link to an endless device: refused, never read past the limit.
+    let zero = dir.join("zero.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let z = zero.clone();
+    let err = within_seconds(20, move || config::load(&z).unwrap_err().to_string());
+    assert!(err.contains("zero.yaml") && err.contains("character device"), "{err}");
+}
+
+#[test]
+fn deep_nesting_is_refused_naming_the_file_and_line() {
+    let dir = temp_dir("deep");
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    for (name, text) in [
+        ("deep.yaml", format!("resources:\n  - {deep}\n")),
+        ("deep.json", format!("{{\"resources\":\n[{deep}]}}")),
+    ] {
+        let err = config::load(&write(&dir, name, &text)).unwrap_err().to_string();
+        assert!(err.contains(name), "{err}");
+        assert!(err.contains("nesting deeper than 100 levels"), "{name}: {err}");
+        assert!(err.contains("line 2"), "{name}: the error names the line: {err}");
+    }
+}
+
+#[test]
+fn a_reload_parses_only_the_files_that_changed() {
+    let dir = temp_dir("incremental");
+    let cluster = |name: &str| {
+        format!(
+            "resources:\n  - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n    name: {name}\n    type: STATIC\n"
+        )
+    };
+    for name in ["a", "b", "c"] {
+        write(&dir, &format!("{name}.yaml"), &cluster(name));
+    }
+    let mut loader = config::Loader::new(&dir, config::MAX_FILE_BYTES);
+    let first = loader.load().unwrap();
+    assert_eq!(first.groups[DEFAULT_GROUP].len(), 3);
+    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 3, reused: 0 });
+
+    loader.load().unwrap();
+    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 0, reused: 3 });
+
+    // Replace b.yaml the atomic way (write beside, rename over): only it is parsed again.
+    write(&dir, ".b.yaml.tmp", &cluster("b2"));
+    std::fs::rename(dir.join(".b.yaml.tmp"), dir.join("b.yaml")).unwrap();
+    let second = loader.load().unwrap();
+    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 1, reused: 2 });
+    let cluster_type = TypeUrl::from(ResourceType::Cluster);
+    let names: Vec<&str> =
+        second.groups[DEFAULT_GROUP].resources(&cluster_type).map(|r| r.name()).collect();
+    assert_eq!(names, ["a", "b2", "c"]);
+    // Unchanged files keep the very same encoded resources.
+    let a1 = first.groups[DEFAULT_GROUP].get(&cluster_type, "a").unwrap();
+    assert!(second.groups[DEFAULT_GROUP].get(&cluster_type, "a").unwrap().ptr_eq(a1));
+
+    std::fs::remove_file(dir.join("c.yaml")).unwrap();
+    let third = loader.load().unwrap();
+    assert_eq!(loader.last_stats(), config::LoadStats { files: 2, parsed: 0, reused: 2 });
+    assert_eq!(third.groups[DEFAULT_GROUP].len(), 2);
+    assert_eq!(loader.parsed_total(), 4);
+}

@@ -1,0 +1,151 @@
+//! Reloading a configuration at the cost of what changed: each file's parsed resources are kept,
+//! keyed by its [`Stamp`], and reused while the file is unchanged (finding 6).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::read::{ReadError, Stamp, read_stable};
+use super::{Builders, Config, ConfigError, Interner, ParsedFile, files, parse_file};
+
+/// Why [`Loader::load`] gave no configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// A file changed while it was read: nothing is wrong yet, but its content is not final.
+    /// Try again once the files have been quiet for a while.
+    #[error("{}: the file changed while it was read; it will be read again", .0.display())]
+    Unstable(PathBuf),
+    /// The configuration is invalid (or a file cannot be read at all).
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+}
+
+impl LoadError {
+    /// The error as a [`ConfigError`] (an unstable file is one whose reason says so).
+    pub fn into_config_error(self) -> ConfigError {
+        match self {
+            LoadError::Invalid(e) => e,
+            LoadError::Unstable(file) => ConfigError {
+                file,
+                location: String::new(),
+                reason: "the file changed while it was read".into(),
+            },
+        }
+    }
+}
+
+/// What the last [`Loader::load`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Configuration files the path stands for.
+    pub files: usize,
+    /// Files read and parsed because they were new or changed.
+    pub parsed: usize,
+    /// Files whose parsed resources were reused because their stamp was unchanged.
+    pub reused: usize,
+}
+
+/// Loads the configuration at one path again and again, parsing only the files that changed
+/// since the previous load: the cost of a reload is that of the changed files (plus a `stat` per
+/// file and the merge), not that of the directory.
+///
+/// The loader does blocking file I/O and CPU-heavy parsing: run it on a thread of its own (the
+/// binary's reload thread), never on an async runtime's worker.
+pub struct Loader {
+    path: PathBuf,
+    max_file_bytes: u64,
+    parsed: HashMap<PathBuf, (Stamp, Arc<ParsedFile>)>,
+    pub(super) interned: Interner,
+    stats: LoadStats,
+    parsed_total: u64,
+}
+
+impl Loader {
+    /// A loader for the file or directory `path`, refusing any file over `max_file_bytes`.
+    pub fn new(path: &Path, max_file_bytes: u64) -> Loader {
+        Loader {
+            path: path.to_owned(),
+            max_file_bytes,
+            parsed: HashMap::new(),
+            interned: Interner::default(),
+            stats: LoadStats::default(),
+            parsed_total: 0,
+        }
+    }
+
+    /// The path this loader reads.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the last load did.
+    pub fn last_stats(&self) -> LoadStats {
+        self.stats
+    }
+
+    /// How many files have been parsed since the loader was made.
+    pub fn parsed_total(&self) -> u64 {
+        self.parsed_total
+    }
+
+    /// Loads and checks the configuration, reparsing only files whose [`Stamp`] changed.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Unstable`] when a file changed while it was read; [`LoadError::Invalid`] when
+    /// the configuration is wrong (an empty directory, a special file, a file over the size
+    /// limit, a syntax or schema error, a duplicate name, an inconsistent group).
+    pub fn load(&mut self) -> Result<Config, LoadError> {
+        let list = files(&self.path)?;
+        self.stats = LoadStats { files: list.len(), ..LoadStats::default() };
+        let mut current: Vec<(PathBuf, Stamp, Arc<ParsedFile>)> = Vec::with_capacity(list.len());
+        for file in list {
+            let cached = self.parsed.get(&file).filter(|(stamp, _)| {
+                std::fs::metadata(&file).is_ok_and(|m| m.is_file() && Stamp::of(&m) == *stamp)
+            });
+            if let Some((stamp, parsed)) = cached {
+                self.stats.reused += 1;
+                current.push((file, *stamp, parsed.clone()));
+                continue;
+            }
+            let err = |reason: String| ConfigError {
+                file: file.clone(),
+                location: String::new(),
+                reason,
+            };
+            let (stamp, text) = match read_stable(&file, self.max_file_bytes) {
+                Ok(read) => read,
+                Err(ReadError::Unstable) => return Err(LoadError::Unstable(file)),
+                Err(ReadError::Refused(reason)) => return Err(err(reason).into()),
+            };
+            self.stats.parsed += 1;
+            self.parsed_total += 1;
+            let parsed = parse_file(&file, &text, &mut self.interned)?;
+            // Keep a good parse even if the whole load fails on another file: fixing that
+            // file then costs only its own parse.
+            self.parsed.insert(file.clone(), (stamp, Arc::new(parsed)));
+            let parsed = self.parsed[&file].1.clone();
+            current.push((file, stamp, parsed));
+        }
+        let mut builders = Builders::new();
+        for (file, _, parsed) in &current {
+            builders.add(file, parsed)?;
+        }
+        let config = builders.build(&self.path)?;
+        // Forget files that are gone; drop interned resources no file holds any more once the
+        // interner has grown to twice what the files hold (amortised: O(change) per load).
+        let present: HashSet<&PathBuf> = current.iter().map(|(f, _, _)| f).collect();
+        self.parsed.retain(|path, _| present.contains(path));
+        let live: usize = self.parsed.values().map(|(_, p)| p.len()).sum();
+        if self.interned.len() > 2 * live + 1024 {
+            let mut interned = Interner::default();
+            for (_, parsed) in self.parsed.values() {
+                for r in parsed.resources() {
+                    interned.intern(r.clone());
+                }
+            }
+            self.interned = interned;
+        }
+        Ok(config)
+    }
+}
