@@ -1,5 +1,6 @@
 //! A complete xDS management server: tonic services for ADS and every per-type service, SotW
-//! and delta, unary fetch, REST-JSON, CSDS, per-node status, metrics and callbacks.
+//! and delta, unary fetch, REST-JSON, CSDS, load reporting ([`lrs`]), health discovery
+//! ([`hds`]), per-node status, metrics and callbacks.
 //!
 //! The protocol rules live in `xds-core`; the resources in an `xds-cache` [`Cache`]. This crate
 //! connects them to the wire: it decodes requests, checks them (node, type URL, limits), feeds
@@ -14,8 +15,11 @@ mod config;
 mod csds;
 mod fetch;
 mod files;
+pub mod hds;
 mod identity;
+pub mod lrs;
 mod metrics;
+mod reporter;
 mod rest;
 mod server;
 mod status;

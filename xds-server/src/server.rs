@@ -19,6 +19,8 @@ use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
 use crate::config::ServerConfig;
 use crate::fetch::{Fetched, fetch};
+use crate::hds::HealthDiscoveryServer;
+use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
 use crate::status::StatusRegistry;
 use crate::stream::{self, Delta, Sotw};
@@ -34,6 +36,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     pub(crate) next_id: AtomicU64,
     pub(crate) open: AtomicUsize,
+    pub(crate) lrs: LoadReportingServer,
+    pub(crate) hds: Option<HealthDiscoveryServer>,
 }
 
 impl Shared {
@@ -96,9 +100,29 @@ pub struct XdsServerBuilder {
     cache: Arc<dyn Cache>,
     config: ServerConfig,
     callbacks: Arc<dyn Callbacks>,
+    lrs: LoadReportingServer,
+    hds: Option<HealthDiscoveryServer>,
 }
 
 impl XdsServerBuilder {
+    /// Sets the load reporting service served by [`XdsServer::routes`] (by default one that
+    /// asks for every cluster every 10 seconds). It takes the server's callbacks, shutdown and
+    /// request size limit.
+    #[must_use]
+    pub fn load_reporting(mut self, lrs: LoadReportingServer) -> Self {
+        self.lrs = lrs;
+        self
+    }
+
+    /// Serves health discovery (HDS) in [`XdsServer::routes`] (not served by default: it needs
+    /// to know what to health-check). It takes the server's callbacks, shutdown and request
+    /// size limit.
+    #[must_use]
+    pub fn health_discovery(mut self, hds: HealthDiscoveryServer) -> Self {
+        self.hds = Some(hds);
+        self
+    }
+
     /// Sets the limits and options.
     #[must_use]
     pub fn config(mut self, config: ServerConfig) -> Self {
@@ -115,6 +139,10 @@ impl XdsServerBuilder {
 
     /// The server.
     pub fn build(self) -> XdsServer {
+        let shutdown = CancellationToken::new();
+        let max = self.config.limits.max_request_bytes;
+        let lrs = self.lrs.attach(self.callbacks.clone(), shutdown.clone(), max);
+        let hds = self.hds.map(|h| h.attach(self.callbacks.clone(), shutdown.clone(), max));
         XdsServer {
             shared: Arc::new(Shared {
                 cache: self.cache,
@@ -122,9 +150,11 @@ impl XdsServerBuilder {
                 callbacks: self.callbacks,
                 status: Arc::default(),
                 metrics: Arc::default(),
-                shutdown: CancellationToken::new(),
+                shutdown,
                 next_id: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
+                lrs,
+                hds,
             }),
         }
     }
@@ -142,11 +172,14 @@ impl XdsServer {
             cache: Arc::new(cache),
             config: ServerConfig::default(),
             callbacks: Arc::new(NoCallbacks),
+            lrs: LoadReportingServer::new(),
+            hds: None,
         }
     }
 
     /// Every gRPC service, for `tonic::transport::Server::add_routes`: ADS, the per-type
-    /// services (SotW, delta and fetch where the protocol has them) and CSDS.
+    /// services (SotW, delta and fetch where the protocol has them), CSDS, load reporting
+    /// (LRS) and, when set, health discovery (HDS).
     pub fn routes(&self) -> tonic::service::Routes {
         let mut router = axum::Router::new();
         let mut add = |path: String, kind: MethodKind| {
@@ -164,7 +197,22 @@ impl XdsServer {
                 add(path, MethodKind::Fetch(t));
             }
         }
-        tonic::service::Routes::from(crate::csds::add_routes(router, self.clone()))
+        let routes = tonic::service::Routes::from(crate::csds::add_routes(router, self.clone()))
+            .add_service(self.shared.lrs.service());
+        match &self.shared.hds {
+            Some(hds) => routes.add_service(hds.service()),
+            None => routes,
+        }
+    }
+
+    /// The load reporting service and the load it received.
+    pub fn load_reporting(&self) -> &LoadReportingServer {
+        &self.shared.lrs
+    }
+
+    /// The health discovery service and the health it received, when set.
+    pub fn health_discovery(&self) -> Option<&HealthDiscoveryServer> {
+        self.shared.hds.as_ref()
     }
 
     /// The per-node status of every open stream.

@@ -1,4 +1,5 @@
-//! The HTTP side: REST-JSON xDS, `/healthz`, `/metrics` and `/status`.
+//! The HTTP side: REST-JSON xDS, `/healthz`, `/metrics` and `/status` (which include the load
+//! clients report over LRS, served on the gRPC port).
 
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,8 @@ pub(crate) fn http_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) ->
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(move || {
             let mut text = metrics.metrics().render();
+            // Load reported over LRS, per cluster and locality (bounded labels).
+            text.push_str(&metrics.load_reporting().render_metrics());
             text.push_str(&build_info());
             async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
         }))
@@ -31,6 +34,7 @@ pub(crate) fn http_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) ->
             if let Ok(s) = serde_json::to_value(&*state.lock().unwrap_or_else(|e| e.into_inner())) {
                 body["config"] = s;
             }
+            body["load"] = status.load_reporting().snapshot().to_json();
             async move { axum::Json(body) }
         }))
 }
