@@ -11,7 +11,7 @@ use xds_proto::pb::envoy::config::core::v3::{HealthStatus, Node};
 use xds_proto::pb::envoy::config::endpoint::v3::Endpoint;
 use xds_proto::pb::envoy::service::health::v3::{EndpointHealth, EndpointHealthResponse};
 
-use super::view::{EndpointHealthView, HealthSnapshot};
+use super::view::HealthSnapshot;
 use crate::lrs::store::{Labels, Reason, Rejections};
 use crate::status::lock;
 
@@ -144,7 +144,7 @@ impl HealthStore {
                     .entry(cluster.to_string())
                     .or_default()
                     .entry(address.clone())
-                    .or_insert_with(EndpointHealthView::default)
+                    .or_default()
                     .by_node
                     .insert(s.node_id.to_string(), *status);
             }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterStats;
 
-use super::view::{LoadCounts, LoadSnapshot, LocalityName, NodeLoad};
+use super::view::{LoadCounts, LoadSnapshot, LocalityName};
 use crate::status::lock;
 
 /// The sliding window is this many slots; a report counts in the slot of its arrival, and a
@@ -234,6 +234,9 @@ pub(crate) struct Store {
     cached: Mutex<Option<(u64, u64, Arc<LoadSnapshot>)>>,
 }
 
+/// Window counts per (cluster label, locality label).
+pub(crate) type ByLabel = BTreeMap<(Arc<str>, Arc<str>), LoadCounts>;
+
 /// A stream's place in the store; dropping it takes the stream's load out of the view.
 #[derive(Debug)]
 pub(crate) struct Registration {
@@ -326,8 +329,7 @@ impl Store {
         };
         for load in &loads {
             let load = lock(load);
-            let node =
-                snapshot.nodes.entry(load.node_id.to_string()).or_insert_with(NodeLoad::default);
+            let node = snapshot.nodes.entry(load.node_id.to_string()).or_default();
             node.streams += 1;
             for (name, cluster) in &load.clusters {
                 let dropped = cluster.dropped.sum(epoch).dropped;
@@ -357,10 +359,7 @@ impl Store {
 
     /// Per (cluster label, locality label): window counts and in-progress; per cluster label:
     /// dropped. For the metrics.
-    pub(crate) fn by_label(
-        &self,
-        now: Instant,
-    ) -> (BTreeMap<(Arc<str>, Arc<str>), LoadCounts>, BTreeMap<Arc<str>, u64>) {
+    pub(crate) fn by_label(&self, now: Instant) -> (ByLabel, BTreeMap<Arc<str>, u64>) {
         let epoch = self.epoch(now);
         let mut counts: BTreeMap<(Arc<str>, Arc<str>), LoadCounts> = BTreeMap::new();
         let mut dropped: BTreeMap<Arc<str>, u64> = BTreeMap::new();
