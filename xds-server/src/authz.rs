@@ -93,6 +93,12 @@ pub enum Access<'a> {
     },
     /// Every client's status (CSDS).
     ClientStatus,
+    /// Reports sent as `node`: load (LRS) or endpoint health (HDS). What the server sends back
+    /// (the clusters to report on, the health checks to run) is chosen by the node too.
+    Report {
+        /// The node the reporting stream claims to be.
+        node: &'a Node,
+    },
 }
 
 /// One decision to make.
@@ -110,7 +116,7 @@ impl Request<'_> {
     /// The node, for a resource request.
     pub fn node(&self) -> Option<&Node> {
         match self.access {
-            Access::Resources { node, .. } => Some(node),
+            Access::Resources { node, .. } | Access::Report { node } => Some(node),
             Access::ClientStatus => None,
         }
     }
@@ -289,7 +295,7 @@ impl NodeIdentity {
 impl Authorizer for NodeIdentity {
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
         match request.access {
-            Access::Resources { node, .. } => {
+            Access::Resources { node, .. } | Access::Report { node } => {
                 self.check_identity(request.peer, node)?;
                 self.check_group(node)
             }

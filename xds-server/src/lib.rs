@@ -1,5 +1,6 @@
 //! A complete xDS management server: tonic services for ADS and every per-type service, SotW
-//! and delta, unary fetch, REST-JSON, CSDS, per-node status, metrics and callbacks.
+//! and delta, unary fetch, REST-JSON, CSDS, load reporting ([`lrs`]), health discovery
+//! ([`hds`]), per-node status, metrics and callbacks.
 //!
 //! # Start here
 //!
@@ -75,7 +76,10 @@ mod config;
 mod csds;
 mod fetch;
 mod files;
+pub mod hds;
+pub mod lrs;
 mod metrics;
+mod reporter;
 mod rest;
 mod server;
 mod status;

@@ -20,6 +20,8 @@ use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
 use crate::config::ServerConfig;
 use crate::fetch::{Fetched, fetch};
+use crate::hds::HealthDiscoveryServer;
+use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
 use crate::status::StatusRegistry;
 use crate::stream::{self, Delta, Sotw};
@@ -39,6 +41,8 @@ pub(crate) struct Shared {
     pub(crate) open: AtomicUsize,
     /// Configured custom types' (type URL, metric label): leaked once at build, a bounded set.
     pub(crate) custom_labels: Vec<(String, &'static str)>,
+    pub(crate) lrs: LoadReportingServer,
+    pub(crate) hds: Option<HealthDiscoveryServer>,
 }
 
 impl Shared {
@@ -132,6 +136,8 @@ pub struct XdsServerBuilder {
     callbacks: Arc<dyn Callbacks>,
     authorizer: Arc<dyn Authorizer>,
     secrets: UnauthenticatedSecrets,
+    lrs: LoadReportingServer,
+    hds: Option<HealthDiscoveryServer>,
 }
 
 impl XdsServerBuilder {
@@ -148,6 +154,24 @@ impl XdsServerBuilder {
     #[must_use]
     pub fn unauthenticated_secrets(mut self, secrets: UnauthenticatedSecrets) -> Self {
         self.secrets = secrets;
+        self
+    }
+
+    /// Sets the load reporting service served by [`XdsServer::routes`] (by default one that
+    /// asks for every cluster every 10 seconds). It takes the server's callbacks, shutdown and
+    /// request size limit.
+    #[must_use]
+    pub fn load_reporting(mut self, lrs: LoadReportingServer) -> Self {
+        self.lrs = lrs;
+        self
+    }
+
+    /// Serves health discovery (HDS) in [`XdsServer::routes`] (not served by default: it needs
+    /// to know what to health-check). It takes the server's callbacks, shutdown and request
+    /// size limit.
+    #[must_use]
+    pub fn health_discovery(mut self, hds: HealthDiscoveryServer) -> Self {
+        self.hds = Some(hds);
         self
     }
 
@@ -177,6 +201,13 @@ impl XdsServerBuilder {
                 (t.as_str().to_owned(), label)
             })
             .collect();
+        let shutdown = CancellationToken::new();
+        let max = self.config.limits.max_request_bytes;
+        let (callbacks, authorizer) = (&self.callbacks, &self.authorizer);
+        let lrs = self.lrs.attach(callbacks.clone(), authorizer.clone(), shutdown.clone(), max);
+        let hds = self
+            .hds
+            .map(|h| h.attach(callbacks.clone(), authorizer.clone(), shutdown.clone(), max));
         XdsServer {
             shared: Arc::new(Shared {
                 cache: self.cache,
@@ -187,9 +218,11 @@ impl XdsServerBuilder {
                 custom_labels,
                 status: Arc::default(),
                 metrics: Arc::default(),
-                shutdown: CancellationToken::new(),
+                shutdown,
                 next_id: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
+                lrs,
+                hds,
             }),
         }
     }
@@ -209,14 +242,21 @@ impl XdsServer {
             callbacks: Arc::new(NoCallbacks),
             authorizer: Arc::new(AllowAll),
             secrets: UnauthenticatedSecrets::default(),
+            lrs: LoadReportingServer::new(),
+            hds: None,
         }
     }
 
     /// Every gRPC service, for `tonic::transport::Server::add_routes`: ADS, the per-type
-    /// services (SotW, delta and fetch where the protocol has them) and CSDS.
+    /// services (SotW, delta and fetch where the protocol has them), CSDS, load reporting
+    /// (LRS) and, when set, health discovery (HDS).
     pub fn routes(&self) -> tonic::service::Routes {
         let router = Service::all().fold(axum::Router::new(), |r, s| self.add_service(r, s));
-        tonic::service::Routes::from(router)
+        let routes = tonic::service::Routes::from(router).add_service(self.shared.lrs.service());
+        match &self.shared.hds {
+            Some(hds) => routes.add_service(hds.service()),
+            None => routes,
+        }
     }
 
     /// One gRPC service alone, so that you can put a layer or an interceptor on it (an auth
@@ -267,6 +307,16 @@ impl XdsServer {
             Service::ClientStatus => return crate::csds::add_routes(router, self.clone()),
         }
         router
+    }
+
+    /// The load reporting service and the load it received.
+    pub fn load_reporting(&self) -> &LoadReportingServer {
+        &self.shared.lrs
+    }
+
+    /// The health discovery service and the health it received, when set.
+    pub fn health_discovery(&self) -> Option<&HealthDiscoveryServer> {
+        self.shared.hds.as_ref()
     }
 
     /// The per-node status of every open stream.

@@ -1,4 +1,5 @@
-//! The admin listener: `/healthz`, `/metrics`, `/status` and CSDS as JSON. It has no
+//! The admin listener: `/healthz`, `/ready`, `/metrics`, `/status` and CSDS as JSON (`/metrics`
+//! and `/status` include the load clients report over LRS, served on the gRPC port). It has no
 //! authentication: bind it to localhost (the default) or a management network only.
 
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ pub(crate) fn admin_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -
         }))
         .route("/metrics", get(move || {
             let mut text = metrics.metrics().render();
+            // Load reported over LRS, per cluster and locality (bounded labels).
+            text.push_str(&metrics.load_reporting().render_metrics());
             text.push_str(&build_info());
             text.push_str(&crate::reload::config_metrics(&config_metrics));
             async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
@@ -58,6 +61,7 @@ pub(crate) fn admin_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -
             if let Ok(s) = serde_json::to_value(&*state.lock().unwrap_or_else(|e| e.into_inner())) {
                 body["config"] = s;
             }
+            body["load"] = status.load_reporting().snapshot().to_json();
             async move { axum::Json(body) }
         }))
 }

@@ -1,0 +1,466 @@
+//! Load reporting (LRS): `envoy.service.load_stats.v3.LoadReportingService`.
+//!
+//! A client (Envoy's `cluster_manager.load_stats_config`, a gRPC xDS client with
+//! `lrs_server: {self: {}}`) opens `StreamLoadStats` and sends a first `LoadStatsRequest` with
+//! its node. The server answers once with the clusters to report and the interval (from a
+//! [`LoadReportPolicy`]), then takes the client's reports for the life of the stream. Reports
+//! are aggregated per cluster, locality and node over a sliding window, handed out as a
+//! latest-wins view ([`LoadReportingServer::snapshot`], [`LoadReportingServer::subscribe`])
+//! and as Prometheus metrics with bounded labels ([`LoadReportingServer::render_metrics`]).
+
+pub(crate) mod store;
+mod view;
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+use xds_proto::TypeUrl;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_server::{
+    LoadReportingService, LoadReportingServiceServer,
+};
+use xds_proto::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
+use xds_proto::prost::Name;
+
+pub use store::LrsConfig;
+pub use view::{ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, NodeLoad};
+
+use crate::authz::{AllowAll, Authorizer};
+use crate::callbacks::{Callbacks, NoCallbacks};
+use crate::reporter::{self, Closed, escape_label};
+use store::{Reason, Registration, Store};
+
+/// The shortest reporting interval the server asks for, whatever the policy says.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Which clusters a client is asked to report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReportClusters {
+    /// Every cluster the client has (`send_all_clusters`).
+    All,
+    /// Only these; reports of others are rejected (`unknown_cluster`).
+    Only(Vec<String>),
+}
+
+/// What the server asks of one client in its `LoadStatsResponse`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportRequest {
+    /// The clusters to report.
+    pub clusters: ReportClusters,
+    /// How often to report; clamped to between 100 ms and [`LrsConfig::max_interval`].
+    pub interval: Duration,
+    /// Ask for per-endpoint stats too (`report_endpoint_granularity`); the server aggregates
+    /// per locality either way.
+    pub endpoint_granularity: bool,
+}
+
+impl Default for ReportRequest {
+    /// All clusters, every 10 seconds.
+    fn default() -> Self {
+        Self {
+            clusters: ReportClusters::All,
+            interval: Duration::from_secs(10),
+            endpoint_granularity: false,
+        }
+    }
+}
+
+/// Decides, per client, what it is asked to report. Called once per stream, with no lock held.
+pub trait LoadReportPolicy: Send + Sync + 'static {
+    /// The request for a client of `node`. Default: [`ReportRequest::default`].
+    fn request(&self, node: &Node) -> ReportRequest {
+        let _ = node;
+        ReportRequest::default()
+    }
+}
+
+/// The default policy: every cluster, every 10 seconds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SendAllClusters;
+
+impl LoadReportPolicy for SendAllClusters {}
+
+impl LoadReportPolicy for ReportRequest {
+    /// The same request for every client.
+    fn request(&self, _: &Node) -> ReportRequest {
+        self.clone()
+    }
+}
+
+/// The LRS service and the load it has received. Cloning is cheap; clones share the load.
+///
+/// [`XdsServer`](crate::XdsServer) serves one in its `routes()` (see
+/// [`XdsServerBuilder::load_reporting`](crate::XdsServerBuilder::load_reporting)); on its own:
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use xds_server::lrs::{LoadReportingServer, ReportRequest};
+///
+/// let lrs = LoadReportingServer::new()
+///     .policy(ReportRequest { interval: Duration::from_secs(5), ..Default::default() });
+/// let mut view = lrs.subscribe();
+/// tokio::spawn(async move {
+///     loop {
+///         let load = view.changed().await;
+///         for (cluster, l) in &load.clusters {
+///             println!("{cluster}: {} requests in {:?}", l.total.issued, load.window);
+///         }
+///     }
+/// });
+/// tonic::transport::Server::builder()
+///     .add_routes(lrs.routes())
+///     .serve("127.0.0.1:18000".parse()?)
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LoadReportingServer {
+    store: Arc<Store>,
+    policy: Arc<dyn LoadReportPolicy>,
+    callbacks: Arc<dyn Callbacks>,
+    authorizer: Arc<dyn Authorizer>,
+    shutdown: CancellationToken,
+    max_request_bytes: usize,
+}
+
+impl std::fmt::Debug for LoadReportingServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadReportingServer").field("config", &self.store.config).finish()
+    }
+}
+
+impl Default for LoadReportingServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LoadReportingServer {
+    /// A server with the default limits and window, asking every client for every cluster
+    /// every 10 seconds, with no callbacks.
+    pub fn new() -> Self {
+        Self {
+            store: Arc::new(Store::new(LrsConfig::default())),
+            policy: Arc::new(SendAllClusters),
+            callbacks: Arc::new(NoCallbacks),
+            authorizer: Arc::new(AllowAll),
+            shutdown: CancellationToken::new(),
+            max_request_bytes: crate::Limits::default().max_request_bytes,
+        }
+    }
+
+    /// Sets the limits and window (starting from no load).
+    #[must_use]
+    pub fn config(mut self, config: LrsConfig) -> Self {
+        self.store = Arc::new(Store::new(config));
+        self
+    }
+
+    /// Sets what clients are asked to report.
+    #[must_use]
+    pub fn policy(mut self, policy: impl LoadReportPolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// Sets the callbacks that check each stream's node (`on_stream_open`, `on_node`) and see
+    /// it close. An [`XdsServer`](crate::XdsServer) sets its own.
+    #[must_use]
+    pub fn callbacks(mut self, callbacks: Arc<dyn Callbacks>) -> Self {
+        self.callbacks = callbacks;
+        self
+    }
+
+    /// Sets the authorization policy each stream's node must pass, as xDS streams do
+    /// ([`Access::Report`](crate::authz::Access::Report)). An [`XdsServer`](crate::XdsServer)
+    /// sets its own.
+    #[must_use]
+    pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
+    }
+
+    /// Takes the xDS server's callbacks, shutdown and request size limit.
+    pub(crate) fn attach(
+        mut self,
+        callbacks: Arc<dyn Callbacks>,
+        authorizer: Arc<dyn Authorizer>,
+        shutdown: CancellationToken,
+        max_request_bytes: usize,
+    ) -> Self {
+        self.callbacks = callbacks;
+        self.authorizer = authorizer;
+        self.shutdown = shutdown;
+        self.max_request_bytes = max_request_bytes;
+        self
+    }
+
+    /// Ends open streams with `UNAVAILABLE` and refuses new ones (an [`XdsServer`]'s
+    /// shutdown does this for the one it serves).
+    ///
+    /// [`XdsServer`]: crate::XdsServer
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// The tonic service, with the request size limit.
+    pub fn service(&self) -> LoadReportingServiceServer<LoadReportingServer> {
+        LoadReportingServiceServer::new(self.clone())
+            .max_decoding_message_size(self.max_request_bytes)
+    }
+
+    /// The service alone, for `tonic::transport::Server::add_routes`.
+    pub fn routes(&self) -> tonic::service::Routes {
+        tonic::service::Routes::new(self.service())
+    }
+
+    /// The load of the connected clients over the window (cached until something changes).
+    pub fn snapshot(&self) -> Arc<LoadSnapshot> {
+        self.store.snapshot(Instant::now())
+    }
+
+    /// A latest-wins subscription to [`snapshot`](Self::snapshot).
+    pub fn subscribe(&self) -> LoadWatch {
+        LoadWatch { store: self.store.clone(), rx: self.store.subscribe() }
+    }
+
+    /// Reports, streams and parts of reports rejected for `reason` (a label of
+    /// `xds_lrs_rejected_total`, e.g. `"too_many_localities"`); 0 for an unknown reason.
+    pub fn rejected(&self, reason: &str) -> u64 {
+        Reason::ALL.iter().find(|r| r.label() == reason).map_or(0, |r| self.store.rejected.get(*r))
+    }
+
+    /// The metrics in Prometheus text format: open streams, reports, rejections by reason,
+    /// and per cluster and locality the window's requests (issued, succeeded, errors), the
+    /// requests in flight and the dropped requests. Cluster and locality labels come from
+    /// bounded sets ([`LrsConfig::max_cluster_labels`], [`LrsConfig::max_locality_labels`]),
+    /// the rest under `other`.
+    pub fn render_metrics(&self) -> String {
+        let store = &*self.store;
+        let (counts, dropped) = store.by_label(Instant::now());
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_streams Open LRS streams.\n# TYPE xds_lrs_streams gauge\nxds_lrs_streams {}",
+            self.snapshot().streams
+        );
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_reports_total Load reports received.\n# TYPE xds_lrs_reports_total counter\nxds_lrs_reports_total {}",
+            store.reports()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_rejected_total LRS streams and parts of reports rejected, by reason.\n# TYPE xds_lrs_rejected_total counter"
+        );
+        for r in Reason::ALL.iter().filter(|r| **r != Reason::TooManyEndpoints) {
+            let _ = writeln!(
+                out,
+                "xds_lrs_rejected_total{{reason=\"{}\"}} {}",
+                r.label(),
+                store.rejected.get(*r)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_window_requests Requests reported over the window, by result.\n# TYPE xds_lrs_window_requests gauge"
+        );
+        for ((cluster, locality), c) in &counts {
+            let (cluster, locality) = (escape_label(cluster), escape_label(locality));
+            for (result, n) in
+                [("issued", c.issued), ("succeeded", c.succeeded), ("errors", c.errors)]
+            {
+                let _ = writeln!(
+                    out,
+                    "xds_lrs_window_requests{{cluster=\"{cluster}\",locality=\"{locality}\",result=\"{result}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_requests_in_progress Requests in flight at the last reports.\n# TYPE xds_lrs_requests_in_progress gauge"
+        );
+        for ((cluster, locality), c) in &counts {
+            let _ = writeln!(
+                out,
+                "xds_lrs_requests_in_progress{{cluster=\"{}\",locality=\"{}\"}} {}",
+                escape_label(cluster),
+                escape_label(locality),
+                c.in_progress
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_window_dropped_requests Requests dropped by clients over the window.\n# TYPE xds_lrs_window_dropped_requests gauge"
+        );
+        for (cluster, n) in &dropped {
+            let _ = writeln!(
+                out,
+                "xds_lrs_window_dropped_requests{{cluster=\"{}\"}} {n}",
+                escape_label(cluster)
+            );
+        }
+        out
+    }
+
+    /// A reporter for load received some other way (a proxy's own LRS relay, a test): its
+    /// reports count like a stream's of `node`, until it is dropped. No node check is made.
+    /// `None` when the server holds [`LrsConfig::max_streams`] reporters and streams.
+    pub fn reporter(&self, node: &Node) -> Option<LoadReporter> {
+        let (_, only) = self.first_response(node);
+        let id = reporter::next_id();
+        let node_id = truncate(&node.id, self.store.config.max_name_bytes);
+        self.store.register(id, node_id, only).map(|registration| LoadReporter { registration })
+    }
+
+    /// The response to a client's first request, and the clusters its reports may name.
+    fn first_response(&self, node: &Node) -> (LoadStatsResponse, Option<HashSet<String>>) {
+        let request = self.policy.request(node);
+        let interval =
+            request.interval.clamp(MIN_INTERVAL, self.store.config.max_interval.max(MIN_INTERVAL));
+        let (clusters, send_all_clusters, only) = match request.clusters {
+            ReportClusters::All => (Vec::new(), true, None),
+            ReportClusters::Only(mut names) => {
+                names.sort();
+                names.dedup();
+                let only = names.iter().cloned().collect();
+                (names, false, Some(only))
+            }
+        };
+        let response = LoadStatsResponse {
+            clusters,
+            send_all_clusters,
+            load_reporting_interval: Some(xds_proto::pb::google::protobuf::Duration {
+                seconds: interval.as_secs() as i64,
+                nanos: interval.subsec_nanos() as i32,
+            }),
+            report_endpoint_granularity: request.endpoint_granularity,
+        };
+        (response, only)
+    }
+
+    /// The first request: the node check, the stream's registration, the response.
+    fn start(
+        &self,
+        info: crate::StreamInfo,
+        first: LoadStatsRequest,
+    ) -> Result<(LoadStatsResponse, Registration, Closed), Status> {
+        let store = &self.store;
+        let Some(node) = &first.node else {
+            store.rejected.add(Reason::NoNode, 1);
+            return Err(Status::invalid_argument("the first LoadStatsRequest must carry a node"));
+        };
+        if let Err(status) = reporter::authorize(&*self.callbacks, &*self.authorizer, &info, node) {
+            store.rejected.add(Reason::Refused, 1);
+            return Err(status);
+        }
+        let closed = Closed { callbacks: self.callbacks.clone(), info };
+        let (response, only) = self.first_response(node);
+        let node_id = truncate(&node.id, store.config.max_name_bytes);
+        let Some(registration) = store.register(closed.info.id, node_id, only) else {
+            store.rejected.add(Reason::TooManyStreams, 1);
+            return Err(Status::resource_exhausted(format!(
+                "too many LRS streams: the server takes at most {}",
+                store.config.max_streams
+            )));
+        };
+        registration.ingest(&first.cluster_stats, Instant::now());
+        Ok((response, registration, closed))
+    }
+}
+
+/// Feeds reports into a [`LoadReportingServer`]'s view as if they came over a stream; made by
+/// [`LoadReportingServer::reporter`]. Dropping it takes its load out of the view.
+#[derive(Debug)]
+pub struct LoadReporter {
+    registration: Registration,
+}
+
+impl LoadReporter {
+    /// Adds one report's cluster stats (bounded and counted as a stream's are).
+    pub fn report(&self, stats: &[xds_proto::pb::envoy::config::endpoint::v3::ClusterStats]) {
+        self.registration.ingest(stats, Instant::now());
+    }
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The response stream of one LRS stream.
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<LoadStatsResponse, Status>> + Send>>;
+
+/// Where a stream is: waiting for its first request, taking reports, or done.
+enum State {
+    Start(LoadReportingServer, Streaming<LoadStatsRequest>, crate::StreamInfo),
+    Reporting(LoadReportingServer, Streaming<LoadStatsRequest>, Registration, Closed),
+    Done,
+}
+
+impl State {
+    /// The next response (only the first request gets one), or the stream's end. Reading the
+    /// requests happens here, when the transport polls the response stream: no task is
+    /// spawned, and a client that goes away drops the stream and with it its registration.
+    async fn next(self) -> Option<(Result<LoadStatsResponse, Status>, State)> {
+        match self {
+            State::Start(server, mut requests, info) => {
+                let first = tokio::select! {
+                    () = server.shutdown.cancelled() => return None,
+                    m = requests.message() => m.ok().flatten()?,
+                };
+                match server.start(info, first) {
+                    Ok((response, registration, closed)) => Some((
+                        Ok(response),
+                        State::Reporting(server, requests, registration, closed),
+                    )),
+                    Err(status) => Some((Err(status), State::Done)),
+                }
+            }
+            State::Reporting(server, mut requests, registration, closed) => loop {
+                tokio::select! {
+                    () = server.shutdown.cancelled() => {
+                        return Some((Err(Status::unavailable("the server is shutting down")), State::Done));
+                    }
+                    m = requests.message() => match m {
+                        Ok(Some(report)) => registration.ingest(&report.cluster_stats, Instant::now()),
+                        // The client closed its side or the connection failed: the end.
+                        Ok(None) | Err(_) => {
+                            drop((registration, closed));
+                            return None;
+                        }
+                    },
+                }
+            },
+            State::Done => None,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl LoadReportingService for LoadReportingServer {
+    type StreamLoadStatsStream = ResponseStream;
+
+    async fn stream_load_stats(
+        &self,
+        request: Request<Streaming<LoadStatsRequest>>,
+    ) -> Result<Response<ResponseStream>, Status> {
+        if self.shutdown.is_cancelled() {
+            return Err(Status::unavailable("the server is shutting down"));
+        }
+        let info = reporter::stream_info(&request, TypeUrl::parse(&LoadStatsRequest::type_url()));
+        let state = State::Start(self.clone(), request.into_inner(), info);
+        Ok(Response::new(Box::pin(futures_util::stream::unfold(state, State::next))))
+    }
+}

@@ -1,0 +1,506 @@
+//! The load reports of every open LRS stream, aggregated over a sliding window.
+//!
+//! Each stream owns its state behind its own mutex (only that stream writes it, so ingesting a
+//! report never contends with other streams); the registry of streams is touched only when a
+//! stream opens or closes and when someone reads the view. The view is computed on read and
+//! cached per revision, so ingesting costs O(report) and a reader pays for the aggregation
+//! only when something changed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use xds_proto::pb::envoy::config::core::v3::Locality;
+use xds_proto::pb::envoy::config::endpoint::v3::ClusterStats;
+
+use super::view::{LoadCounts, LoadSnapshot, LocalityName};
+use crate::status::lock;
+
+/// The sliding window is this many slots; a report counts in the slot of its arrival, and a
+/// slot leaves the window whole.
+const SLOTS: usize = 6;
+
+/// The label of whatever does not fit the bounded label sets.
+pub(crate) const OTHER: &str = "other";
+
+/// Limits and the window of load reporting.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LrsConfig {
+    /// How far back the view sums reports (in six slots: a report leaves the view between
+    /// five and six sixths of this after it arrived). Default 60 s.
+    pub window: Duration,
+    /// Open LRS streams at most; more are refused with `RESOURCE_EXHAUSTED`. Default 10,000.
+    pub max_streams: usize,
+    /// Distinct clusters one stream may report; reports of more are rejected
+    /// (`too_many_clusters`). Default 1,024.
+    pub max_clusters_per_stream: usize,
+    /// Distinct localities one stream may report per cluster (`too_many_localities`).
+    /// Default 64.
+    pub max_localities_per_cluster: usize,
+    /// Longest cluster name or locality (region + zone + sub-zone), in bytes
+    /// (`name_too_long`). Default 256.
+    pub max_name_bytes: usize,
+    /// Longest `load_report_interval` a report may claim (`bad_interval`, as are negative
+    /// ones). Default 1 hour.
+    pub max_interval: Duration,
+    /// Distinct cluster label values in the metrics; clusters seen after these are counted
+    /// under `other`. Default 256.
+    pub max_cluster_labels: usize,
+    /// Distinct locality label values in the metrics, the rest under `other`. Default 64.
+    pub max_locality_labels: usize,
+}
+
+impl Default for LrsConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(60),
+            max_streams: 10_000,
+            max_clusters_per_stream: 1024,
+            max_localities_per_cluster: 64,
+            max_name_bytes: 256,
+            max_interval: Duration::from_secs(3600),
+            max_cluster_labels: 256,
+            max_locality_labels: 64,
+        }
+    }
+}
+
+/// Why a stream or part of a report was not taken: the `reason` label of
+/// `xds_lrs_rejected_total` / `xds_hds_rejected_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    NoNode,
+    Refused,
+    TooManyStreams,
+    UnknownCluster,
+    TooManyClusters,
+    TooManyLocalities,
+    NameTooLong,
+    BadInterval,
+    TooManyEndpoints,
+}
+
+impl Reason {
+    pub(crate) const ALL: [Reason; 9] = [
+        Reason::NoNode,
+        Reason::Refused,
+        Reason::TooManyStreams,
+        Reason::UnknownCluster,
+        Reason::TooManyClusters,
+        Reason::TooManyLocalities,
+        Reason::NameTooLong,
+        Reason::BadInterval,
+        Reason::TooManyEndpoints,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Reason::NoNode => "no_node",
+            Reason::Refused => "refused",
+            Reason::TooManyStreams => "too_many_streams",
+            Reason::UnknownCluster => "unknown_cluster",
+            Reason::TooManyClusters => "too_many_clusters",
+            Reason::TooManyLocalities => "too_many_localities",
+            Reason::NameTooLong => "name_too_long",
+            Reason::BadInterval => "bad_interval",
+            Reason::TooManyEndpoints => "too_many_endpoints",
+        }
+    }
+}
+
+/// Counters by [`Reason`].
+#[derive(Debug, Default)]
+pub(crate) struct Rejections([AtomicU64; Reason::ALL.len()]);
+
+impl Rejections {
+    pub(crate) fn add(&self, reason: Reason, n: u64) {
+        self.0[reason as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self, reason: Reason) -> u64 {
+        self.0[reason as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// A bounded set of label values: the first `max` distinct values asked for keep their own
+/// label, later ones get `other` (rule: metric label values from a bounded set).
+#[derive(Debug)]
+pub(crate) struct Labels {
+    max: usize,
+    known: Mutex<HashMap<Box<str>, Arc<str>>>,
+    other: Arc<str>,
+}
+
+impl Labels {
+    pub(crate) fn new(max: usize) -> Self {
+        Self { max, known: Mutex::default(), other: Arc::from(OTHER) }
+    }
+
+    /// The label for `value`. Called once per stream and name, when a stream first reports it.
+    pub(crate) fn admit(&self, value: &str) -> Arc<str> {
+        let mut known = lock(&self.known);
+        if let Some(label) = known.get(value) {
+            return label.clone();
+        }
+        if known.len() >= self.max || value == OTHER {
+            return self.other.clone();
+        }
+        let label: Arc<str> = Arc::from(value);
+        known.insert(Box::from(value), label.clone());
+        label
+    }
+}
+
+/// Request counts of one slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    issued: u64,
+    succeeded: u64,
+    errors: u64,
+    dropped: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: &Counts) {
+        self.issued = self.issued.saturating_add(other.issued);
+        self.succeeded = self.succeeded.saturating_add(other.succeeded);
+        self.errors = self.errors.saturating_add(other.errors);
+        self.dropped = self.dropped.saturating_add(other.dropped);
+    }
+}
+
+/// Counts per slot; a slot is reused (zeroed) when its epoch comes round again.
+#[derive(Clone, Debug, Default)]
+struct Ring([(u64, Counts); SLOTS]);
+
+impl Ring {
+    fn slot(&mut self, epoch: u64) -> &mut Counts {
+        let slot = &mut self.0[(epoch % SLOTS as u64) as usize];
+        if slot.0 != epoch {
+            *slot = (epoch, Counts::default());
+        }
+        &mut slot.1
+    }
+
+    /// The sum of the slots still in the window at `epoch`.
+    fn sum(&self, epoch: u64) -> Counts {
+        let mut total = Counts::default();
+        for (e, c) in &self.0 {
+            if *e <= epoch && epoch - *e < SLOTS as u64 {
+                total.add(c);
+            }
+        }
+        total
+    }
+}
+
+#[derive(Debug)]
+struct LocalityState {
+    name: LocalityName,
+    label: Arc<str>,
+    counts: Ring,
+    in_progress: u64,
+}
+
+#[derive(Debug)]
+struct ClusterState {
+    label: Arc<str>,
+    dropped: Ring,
+    localities: Vec<LocalityState>,
+}
+
+/// One stream's reports.
+#[derive(Debug)]
+pub(crate) struct StreamLoad {
+    node_id: Arc<str>,
+    clusters: HashMap<Box<str>, ClusterState>,
+}
+
+/// Every stream's reports, the bounded labels and the counters.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) config: LrsConfig,
+    origin: Instant,
+    slot: Duration,
+    streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamLoad>>>>,
+    pub(crate) cluster_labels: Labels,
+    locality_labels: Labels,
+    pub(crate) rejected: Rejections,
+    reports: AtomicU64,
+    revision: watch::Sender<u64>,
+    cached: Mutex<Option<(u64, u64, Arc<LoadSnapshot>)>>,
+}
+
+/// Window counts per (cluster label, locality label).
+pub(crate) type ByLabel = BTreeMap<(Arc<str>, Arc<str>), LoadCounts>;
+
+/// A stream's place in the store; dropping it takes the stream's load out of the view.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    store: Arc<Store>,
+    id: u64,
+    load: Arc<Mutex<StreamLoad>>,
+    /// The clusters the policy asked for; `None`: all.
+    only: Option<HashSet<String>>,
+}
+
+impl Store {
+    pub(crate) fn new(config: LrsConfig) -> Self {
+        let slot = (config.window / SLOTS as u32).max(Duration::from_millis(1));
+        Self {
+            cluster_labels: Labels::new(config.max_cluster_labels),
+            locality_labels: Labels::new(config.max_locality_labels),
+            config,
+            origin: Instant::now(),
+            slot,
+            streams: Mutex::default(),
+            rejected: Rejections::default(),
+            reports: AtomicU64::new(0),
+            revision: watch::Sender::new(0),
+            cached: Mutex::new(None),
+        }
+    }
+
+    fn epoch(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.origin);
+        (since.as_nanos() / self.slot.as_nanos()) as u64
+    }
+
+    fn changed(&self) {
+        self.revision.send_modify(|r| *r += 1);
+    }
+
+    /// Adds a stream of `node_id`, or `None` when the store holds as many as it may.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        id: u64,
+        node_id: &str,
+        only: Option<HashSet<String>>,
+    ) -> Option<Registration> {
+        let load = Arc::new(Mutex::new(StreamLoad {
+            node_id: Arc::from(node_id),
+            clusters: HashMap::new(),
+        }));
+        {
+            let mut streams = lock(&self.streams);
+            if streams.len() >= self.config.max_streams {
+                return None;
+            }
+            streams.insert(id, load.clone());
+        }
+        self.changed();
+        Some(Registration { store: self.clone(), id, load, only })
+    }
+
+    /// A receiver that changes whenever a report arrives or a stream comes or goes.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+
+    /// Reports ingested since the server started.
+    pub(crate) fn reports(&self) -> u64 {
+        self.reports.load(Ordering::Relaxed)
+    }
+
+    fn stream_loads(&self) -> Vec<Arc<Mutex<StreamLoad>>> {
+        lock(&self.streams).values().cloned().collect()
+    }
+
+    /// The view at `now`: computed when something changed since the last read or the window
+    /// moved a slot, else the cached one.
+    pub(crate) fn snapshot(&self, now: Instant) -> Arc<LoadSnapshot> {
+        let revision = *self.revision.borrow();
+        let epoch = self.epoch(now);
+        if let Some((r, e, snapshot)) = &*lock(&self.cached)
+            && *r == revision
+            && *e == epoch
+        {
+            return snapshot.clone();
+        }
+        let loads = self.stream_loads();
+        let mut snapshot = LoadSnapshot {
+            window: self.config.window,
+            streams: loads.len(),
+            reports: self.reports(),
+            ..LoadSnapshot::default()
+        };
+        for load in &loads {
+            let load = lock(load);
+            let node = snapshot.nodes.entry(load.node_id.to_string()).or_default();
+            node.streams += 1;
+            for (name, cluster) in &load.clusters {
+                let dropped = cluster.dropped.sum(epoch).dropped;
+                for target in [
+                    snapshot.clusters.entry(name.to_string()).or_default(),
+                    node.clusters.entry(name.to_string()).or_default(),
+                ] {
+                    target.dropped = target.dropped.saturating_add(dropped);
+                    for l in &cluster.localities {
+                        let c = l.counts.sum(epoch);
+                        let add = LoadCounts {
+                            issued: c.issued,
+                            succeeded: c.succeeded,
+                            errors: c.errors,
+                            in_progress: l.in_progress,
+                        };
+                        target.total.add(&add);
+                        target.localities.entry(l.name.clone()).or_default().add(&add);
+                    }
+                }
+            }
+        }
+        let snapshot = Arc::new(snapshot);
+        *lock(&self.cached) = Some((revision, epoch, snapshot.clone()));
+        snapshot
+    }
+
+    /// Per (cluster label, locality label): window counts and in-progress; per cluster label:
+    /// dropped. For the metrics.
+    pub(crate) fn by_label(&self, now: Instant) -> (ByLabel, BTreeMap<Arc<str>, u64>) {
+        let epoch = self.epoch(now);
+        let mut counts: BTreeMap<(Arc<str>, Arc<str>), LoadCounts> = BTreeMap::new();
+        let mut dropped: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+        for load in self.stream_loads() {
+            let load = lock(&load);
+            for cluster in load.clusters.values() {
+                let d = dropped.entry(cluster.label.clone()).or_default();
+                *d = d.saturating_add(cluster.dropped.sum(epoch).dropped);
+                for l in &cluster.localities {
+                    let c = l.counts.sum(epoch);
+                    counts.entry((cluster.label.clone(), l.label.clone())).or_default().add(
+                        &LoadCounts {
+                            issued: c.issued,
+                            succeeded: c.succeeded,
+                            errors: c.errors,
+                            in_progress: l.in_progress,
+                        },
+                    );
+                }
+            }
+        }
+        (counts, dropped)
+    }
+}
+
+fn locality_len(l: Option<&Locality>) -> usize {
+    l.map_or(0, |l| l.region.len() + l.zone.len() + l.sub_zone.len())
+}
+
+fn same_locality(name: &LocalityName, l: Option<&Locality>) -> bool {
+    match l {
+        Some(l) => name.region == l.region && name.zone == l.zone && name.sub_zone == l.sub_zone,
+        None => name.region.is_empty() && name.zone.is_empty() && name.sub_zone.is_empty(),
+    }
+}
+
+impl Registration {
+    /// Adds one report's cluster stats to the stream's load, at `now`. Everything the peer
+    /// sent is bounded here: names, interval, clusters per stream, localities per cluster
+    /// (rule: whatever a peer controls is bounded before it is stored); what does not fit is
+    /// counted by reason and dropped.
+    pub(crate) fn ingest(&self, stats: &[ClusterStats], now: Instant) {
+        let store = &*self.store;
+        let config = &store.config;
+        let epoch = store.epoch(now);
+        store.reports.fetch_add(1, Ordering::Relaxed);
+        let mut guard = lock(&self.load);
+        let load = &mut *guard;
+        let considered = stats.len().min(config.max_clusters_per_stream);
+        if stats.len() > considered {
+            store.rejected.add(Reason::TooManyClusters, (stats.len() - considered) as u64);
+        }
+        for cs in &stats[..considered] {
+            if cs.cluster_name.len() > config.max_name_bytes {
+                store.rejected.add(Reason::NameTooLong, 1);
+                continue;
+            }
+            if let Some(d) = &cs.load_report_interval
+                && (d.seconds < 0
+                    || d.nanos < 0
+                    || d.seconds as u64 > config.max_interval.as_secs())
+            {
+                store.rejected.add(Reason::BadInterval, 1);
+                continue;
+            }
+            if let Some(only) = &self.only
+                && !only.contains(&cs.cluster_name)
+            {
+                store.rejected.add(Reason::UnknownCluster, 1);
+                continue;
+            }
+            if !load.clusters.contains_key(cs.cluster_name.as_str()) {
+                if load.clusters.len() >= config.max_clusters_per_stream {
+                    store.rejected.add(Reason::TooManyClusters, 1);
+                    continue;
+                }
+                let state = ClusterState {
+                    label: store.cluster_labels.admit(&cs.cluster_name),
+                    dropped: Ring::default(),
+                    localities: Vec::new(),
+                };
+                load.clusters.insert(Box::from(cs.cluster_name.as_str()), state);
+            }
+            let Some(cluster) = load.clusters.get_mut(cs.cluster_name.as_str()) else {
+                continue;
+            };
+            let slot = cluster.dropped.slot(epoch);
+            slot.dropped = slot.dropped.saturating_add(cs.total_dropped_requests);
+            let localities = &cs.upstream_locality_stats;
+            let considered = localities.len().min(config.max_localities_per_cluster);
+            if localities.len() > considered {
+                store
+                    .rejected
+                    .add(Reason::TooManyLocalities, (localities.len() - considered) as u64);
+            }
+            for ls in &localities[..considered] {
+                let locality = ls.locality.as_ref();
+                if locality_len(locality) > config.max_name_bytes {
+                    store.rejected.add(Reason::NameTooLong, 1);
+                    continue;
+                }
+                let index = match cluster
+                    .localities
+                    .iter()
+                    .position(|l| same_locality(&l.name, locality))
+                {
+                    Some(i) => i,
+                    None if cluster.localities.len() >= config.max_localities_per_cluster => {
+                        store.rejected.add(Reason::TooManyLocalities, 1);
+                        continue;
+                    }
+                    None => {
+                        let name = LocalityName::from(locality);
+                        let label = store.locality_labels.admit(&name.label());
+                        cluster.localities.push(LocalityState {
+                            name,
+                            label,
+                            counts: Ring::default(),
+                            in_progress: 0,
+                        });
+                        cluster.localities.len() - 1
+                    }
+                };
+                let l = &mut cluster.localities[index];
+                l.counts.slot(epoch).add(&Counts {
+                    issued: ls.total_issued_requests,
+                    succeeded: ls.total_successful_requests,
+                    errors: ls.total_error_requests,
+                    dropped: 0,
+                });
+                l.in_progress = ls.total_requests_in_progress;
+            }
+        }
+        drop(guard);
+        store.changed();
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&self.store.streams).remove(&self.id);
+        self.store.changed();
+    }
+}

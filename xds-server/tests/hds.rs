@@ -1,0 +1,209 @@
+//! Health discovery (HDS) over the wire: the specifier per node, reported health in the view
+//! and the metrics, disconnects, bounds.
+#![allow(clippy::unwrap_used)]
+
+mod util;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
+use xds_cache::SnapshotCache;
+use xds_proto::pb::envoy::config::core::v3::address::Address as AddressKind;
+use xds_proto::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+use xds_proto::pb::envoy::config::core::v3::{Address, HealthStatus, Node, SocketAddress};
+use xds_proto::pb::envoy::config::endpoint::v3::Endpoint;
+use xds_proto::pb::envoy::service::health::v3::health_check_request_or_endpoint_health_response::RequestType;
+use xds_proto::pb::envoy::service::health::v3::health_discovery_service_client::HealthDiscoveryServiceClient;
+use xds_proto::pb::envoy::service::health::v3::{
+    ClusterEndpointsHealth, ClusterHealthCheck, EndpointHealth, EndpointHealthResponse,
+    HealthCheckRequest, HealthCheckRequestOrEndpointHealthResponse, HealthCheckSpecifier,
+    LocalityEndpointsHealth,
+};
+use xds_server::hds::{HdsConfig, HealthDiscoveryServer};
+use xds_server::{Callbacks, Refusal, StreamInfo, XdsServer};
+
+use util::*;
+
+/// Each node checks the cluster named after its id's first letter.
+fn spec(node: &Node) -> HealthCheckSpecifier {
+    HealthCheckSpecifier {
+        cluster_health_checks: vec![ClusterHealthCheck {
+            cluster_name: format!("cluster-{}", &node.id[..1]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+struct RefuseBad;
+
+impl Callbacks for RefuseBad {
+    fn on_node(&self, _: &StreamInfo, node: &Node) -> Result<(), Refusal> {
+        if node.id == "bad" { Err(Refusal("not you".into())) } else { Ok(()) }
+    }
+}
+
+async fn server_with(config: HdsConfig) -> TestServer {
+    let hds = HealthDiscoveryServer::new(spec).config(config);
+    start(
+        XdsServer::builder(SnapshotCache::by_node_id())
+            .callbacks(RefuseBad)
+            .health_discovery(hds)
+            .build(),
+    )
+    .await
+}
+
+struct Hds {
+    tx: mpsc::Sender<HealthCheckRequestOrEndpointHealthResponse>,
+    rx: Streaming<HealthCheckSpecifier>,
+}
+
+impl Hds {
+    async fn open(t: &TestServer, node_id: &str) -> Hds {
+        let (tx, rx) = mpsc::channel(8);
+        let response = HealthDiscoveryServiceClient::new(t.channel().await)
+            .stream_health_check(ReceiverStream::new(rx))
+            .await
+            .expect("open HDS");
+        let hds = Hds { tx, rx: response.into_inner() };
+        hds.send(RequestType::HealthCheckRequest(HealthCheckRequest {
+            node: Some(node(node_id)),
+            capability: None,
+        }))
+        .await;
+        hds
+    }
+
+    async fn send(&self, r: RequestType) {
+        self.tx
+            .send(HealthCheckRequestOrEndpointHealthResponse { request_type: Some(r) })
+            .await
+            .expect("the request stream is closed");
+    }
+
+    async fn recv(&mut self) -> Result<HealthCheckSpecifier, Status> {
+        tokio::time::timeout(WAIT, self.rx.message())
+            .await
+            .expect("no response in time")
+            .map(|m| m.expect("the stream ended"))
+    }
+
+    async fn report(&self, cluster: &str, endpoints: &[(&str, HealthStatus)]) {
+        let endpoints_health = endpoints
+            .iter()
+            .map(|(ip, s)| EndpointHealth {
+                endpoint: Some(endpoint(ip)),
+                health_status: *s as i32,
+                ..Default::default()
+            })
+            .collect();
+        self.send(RequestType::EndpointHealthResponse(EndpointHealthResponse {
+            cluster_endpoints_health: vec![ClusterEndpointsHealth {
+                cluster_name: cluster.into(),
+                locality_endpoints_health: vec![LocalityEndpointsHealth {
+                    locality: None,
+                    endpoints_health,
+                }],
+            }],
+            ..Default::default()
+        }))
+        .await;
+    }
+}
+
+fn endpoint(ip: &str) -> Endpoint {
+    Endpoint {
+        address: Some(Address {
+            address: Some(AddressKind::SocketAddress(SocketAddress {
+                address: ip.into(),
+                port_specifier: Some(PortSpecifier::PortValue(80)),
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+fn hds_of(t: &TestServer) -> &HealthDiscoveryServer {
+    t.server.health_discovery().expect("HDS is served")
+}
+
+#[tokio::test]
+async fn each_node_gets_its_specifier_on_its_first_request() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    let mut b = Hds::open(&t, "b1").await;
+    assert_eq!(a.recv().await.unwrap().cluster_health_checks[0].cluster_name, "cluster-a");
+    assert_eq!(b.recv().await.unwrap().cluster_health_checks[0].cluster_name, "cluster-b");
+}
+
+#[tokio::test]
+async fn reported_health_from_two_nodes_is_in_the_view_and_the_metrics() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    let mut b = Hds::open(&t, "a2").await;
+    a.recv().await.unwrap();
+    b.recv().await.unwrap();
+    a.report("web", &[("10.0.0.1", HealthStatus::Healthy), ("10.0.0.2", HealthStatus::Unhealthy)])
+        .await;
+    b.report("web", &[("10.0.0.1", HealthStatus::Healthy), ("10.0.0.2", HealthStatus::Healthy)])
+        .await;
+    eventually("two responses", || hds_of(&t).snapshot().responses == 2).await;
+    let view = hds_of(&t).snapshot();
+    let web = &view.clusters["web"];
+    assert!(web["10.0.0.1:80"].is_healthy());
+    assert!(!web["10.0.0.2:80"].is_healthy(), "one node sees it down");
+    assert_eq!(web["10.0.0.2:80"].by_node["a1"], HealthStatus::Unhealthy);
+    let metrics = hds_of(&t).render_metrics();
+    assert!(
+        metrics.contains("xds_hds_endpoints{cluster=\"web\",status=\"healthy\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("xds_hds_endpoints{cluster=\"web\",status=\"unhealthy\"} 1"),
+        "{metrics}"
+    );
+
+    // A newer response replaces the node's last one.
+    a.report("web", &[("10.0.0.2", HealthStatus::Healthy)]).await;
+    eventually("the newer response", || hds_of(&t).snapshot().responses == 3).await;
+    let view = hds_of(&t).snapshot();
+    assert!(view.clusters["web"]["10.0.0.2:80"].is_healthy());
+    assert_eq!(view.clusters["web"]["10.0.0.1:80"].by_node.len(), 1, "a1 no longer reports .1");
+}
+
+#[tokio::test]
+async fn a_node_that_disconnects_leaves_the_view() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    a.recv().await.unwrap();
+    a.report("web", &[("10.0.0.1", HealthStatus::Unhealthy)]).await;
+    eventually("the report", || hds_of(&t).snapshot().clusters.contains_key("web")).await;
+    drop(a);
+    eventually("a1 leaves", || hds_of(&t).snapshot().streams == 0).await;
+    assert!(hds_of(&t).snapshot().clusters.is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_node_gets_permission_denied() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut bad = Hds::open(&t, "bad").await;
+    assert_eq!(bad.recv().await.unwrap_err().code(), Code::PermissionDenied);
+    assert_eq!(hds_of(&t).rejected("refused"), 1);
+}
+
+#[tokio::test]
+async fn too_many_endpoints_are_cut_and_counted() {
+    let mut config = HdsConfig::default();
+    config.max_endpoints_per_stream = 3;
+    let t = server_with(config).await;
+    let mut a = Hds::open(&t, "a1").await;
+    a.recv().await.unwrap();
+    let ips: Vec<String> = (0..10).map(|i| format!("10.0.0.{i}")).collect();
+    let list: Vec<_> = ips.iter().map(|ip| (ip.as_str(), HealthStatus::Healthy)).collect();
+    a.report("web", &list).await;
+    eventually("the report", || hds_of(&t).snapshot().responses == 1).await;
+    assert_eq!(hds_of(&t).snapshot().clusters["web"].len(), 3);
+    assert_eq!(hds_of(&t).rejected("too_many_endpoints"), 7);
+}
