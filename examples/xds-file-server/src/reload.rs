@@ -27,11 +27,14 @@ pub(crate) fn publish(
     for (group, snapshot) in config.groups {
         changed += cache.set_snapshot(&group, snapshot);
     }
+    // The grouping reads `names`: streams whose node now maps to a group that appeared, or away
+    // from one that vanished, move to it (issue 12). After the snapshots, so none waits.
+    let moved = cache.regroup();
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     state.loads += 1;
     state.groups = groups;
     state.error = None;
-    tracing::info!(changed, "configuration published");
+    tracing::info!(changed, moved, "configuration published");
 }
 
 /// Polls the configuration for changes (4 times a second) and publishes each good version; a
