@@ -261,7 +261,7 @@ mod tests {
 
     /// Finding 4 of issue 12: each delete searched `changes` from its oldest entry for the oldest
     /// deletion, walking past every live resource older than it (`scanned` counted those steps
-    /// there): removing n resources cost O(n²), 12 million steps for 10,000. Now each deletion
+    /// there): removing n resources cost O(n²), 24 million steps for 10,000. Now each deletion
     /// forgotten is one step.
     #[test]
     fn removing_a_large_group_forgets_each_deletion_in_one_step() {

@@ -91,7 +91,9 @@ impl Streams {
 }
 
 fn held(list: &[(&str, &str)]) -> BTreeMap<String, String> {
-    list.iter().map(|(n, tag)| (n.to_string(), enc(&cluster(n, tag)).version().to_owned())).collect()
+    list.iter()
+        .map(|(n, tag)| (n.to_string(), enc(&cluster(n, tag)).version().to_owned()))
+        .collect()
 }
 
 #[test]

@@ -192,8 +192,7 @@ impl SnapshotCache {
         // Before the walk: a watch that starts during it checks the epoch again once registered
         // (see `watch`), so none is missed.
         self.inner.epoch.fetch_add(1, Ordering::SeqCst);
-        let bindings: Vec<Arc<Binding>> =
-            lock(&self.inner.bindings).values().cloned().collect();
+        let bindings: Vec<Arc<Binding>> = lock(&self.inner.bindings).values().cloned().collect();
         bindings.iter().filter(|b| b.move_to(self.group_of(&b.node))).count()
     }
 
