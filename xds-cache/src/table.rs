@@ -1,6 +1,6 @@
 //! The resources of one type (for one node group), with revisions: what a stream's view reads.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use xds_core::View;
@@ -35,7 +35,7 @@ pub(crate) struct Table {
     /// Latest revision of each name -> the name (live or deleted).
     changes: BTreeMap<u64, Arc<str>>,
     /// Deleted names -> the revision of their deletion.
-    tombstones: HashMap<Arc<str>, u64>,
+    tombstones: BTreeMap<Arc<str>, u64>,
     /// The revisions of the deletions in `tombstones`, oldest first (their names are in `changes`).
     graves: BTreeSet<u64>,
     revision: u64,
