@@ -6,6 +6,11 @@
 //!   assignments from `to_builder()` with one changed assignment, built and set.
 //! - `snapshot_set_snapshot_only_of_10000`: `set_snapshot` alone, alternating two prebuilt
 //!   snapshots that differ in one assignment.
+//! - `snapshot_clear_group_of_40000`: `clear_snapshot` of a group of 40,000 clusters (each
+//!   iteration sets the group up first, untimed).
+//! - `snapshot_replace/{N}`: `set_snapshot` alternating two snapshots of N clusters with no name in
+//!   common: N deletions and N creations per call. N is 20,000 and 100,000, or the list in
+//!   `XDS_BENCH_REPLACE_N` (comma-separated, e.g. `1000000`).
 //!
 //! Smoke run: `cargo bench -p xds-cache --bench cache -- --test`.
 #![allow(clippy::unwrap_used)] // setup failures should abort the benchmark
@@ -14,7 +19,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion};
+use criterion::{BatchSize, BenchmarkId, Criterion};
 use xds_cache::{
     Cache, LinearCache, Signal, Snapshot, SnapshotCache, Variant, Watch, WatchRequest,
 };
@@ -134,6 +139,54 @@ fn snapshot_set_one_changed(c: &mut Criterion) {
     });
 }
 
+/// `n` STATIC clusters named `{prefix}-{i}`.
+fn clusters(prefix: &str, n: usize) -> Snapshot {
+    let mut b = Snapshot::builder();
+    for i in 0..n {
+        b.add(&Cluster { name: format!("{prefix}-{i:07}"), ..Default::default() }).unwrap();
+    }
+    b.build()
+}
+
+fn snapshot_clear_and_replace(c: &mut Criterion) {
+    let forty = clusters("c", 40_000);
+    c.bench_function("snapshot_clear_group_of_40000", |b| {
+        b.iter_batched(
+            || {
+                let cache = SnapshotCache::by_node_id();
+                cache.set_snapshot("group", forty.clone());
+                cache
+            },
+            |cache| {
+                cache.clear_snapshot("group");
+                cache
+            },
+            BatchSize::PerIteration,
+        );
+    });
+    drop(forty);
+
+    let sizes: Vec<usize> = match std::env::var("XDS_BENCH_REPLACE_N") {
+        Ok(list) => list.split(',').map(|n| n.trim().parse().unwrap()).collect(),
+        Err(_) => vec![20_000, 100_000],
+    };
+    let mut group = c.benchmark_group("snapshot_replace");
+    for n in sizes {
+        let snapshots = [clusters("a", n), clusters("b", n)];
+        let cache = SnapshotCache::by_node_id();
+        cache.set_snapshot("group", snapshots[0].clone());
+        let mut flip = 0;
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                flip ^= 1;
+                let changed = cache.set_snapshot("group", snapshots[flip].clone());
+                assert_eq!(changed, 2 * n);
+            });
+        });
+    }
+    group.finish();
+}
+
 fn main() {
     // What `criterion_group!`/`criterion_main!` expand to, written out so that the crate has no
     // undocumented public function.
@@ -144,5 +197,6 @@ fn main() {
         .configure_from_args();
     linear_upsert_one_cla(&mut c);
     snapshot_set_one_changed(&mut c);
+    snapshot_clear_and_replace(&mut c);
     c.final_summary();
 }

@@ -35,6 +35,9 @@ pub(crate) fn publish(
     for (group, snapshot) in config.groups {
         changed += cache.set_snapshot(&group, snapshot);
     }
+    // The grouping reads `names`: streams whose node now maps to a group that appeared, or away
+    // from one that vanished, move to it (issue 12). After the snapshots, so none waits.
+    let moved = cache.regroup();
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     state.loads += 1;
     state.groups = groups;
@@ -42,7 +45,7 @@ pub(crate) fn publish(
     state.reloads_ok += 1;
     state.last_success = Some(SystemTime::now());
     state.resources = resources;
-    tracing::info!(changed, "configuration published");
+    tracing::info!(changed, moved, "configuration published");
 }
 
 /// Resources served, by type label, over all groups. Labels come from [`xds_proto::ResourceType`]

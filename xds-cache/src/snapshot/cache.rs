@@ -1,18 +1,19 @@
 //! `SnapshotCache`: whole-configuration snapshots per node group.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use super::Snapshot;
-use crate::cache::{Cache, CacheError, DynView, Watch, WatchRequest, check_variant};
+use super::watch::{Binding, SnapshotWatch};
+use crate::cache::{Cache, CacheError, Watch, WatchRequest, check_variant};
 use crate::signal::Signal;
 use crate::table::Table;
-use crate::unready::Unready;
-use crate::watchers::{Registration, Watchers};
+use crate::watchers::Watchers;
 
 type Grouper = dyn Fn(&Node) -> String + Send + Sync;
 
@@ -23,6 +24,18 @@ type Grouper = dyn Fn(&Node) -> String + Send + Sync;
 /// revision, and only the streams watching a type that changed are signalled. A group without a
 /// snapshot serves nothing yet, so a client that connects before its configuration is loaded
 /// waits instead of being told that nothing exists.
+///
+/// # When the grouping changes
+///
+/// A stream's group is chosen by the grouping function when it starts watching. A function that
+/// reads something else than the node (e.g. which groups exist: "the group named by the node id
+/// if there is one, else `default`") can map the same node elsewhere later: call
+/// [`regroup`](SnapshotCache::regroup) after changing what it reads. Each connected stream
+/// whose node now maps to another group moves to it without reconnecting: it is sent what the new
+/// group has that it does not hold, and removals of what the new group lacks (delta
+/// `removed_resources`; SotW full-state types get the new full state). The cache never calls the
+/// function on its own (it cannot know what the function reads), so with a function of the node
+/// alone, such as [`by_node_id`](SnapshotCache::by_node_id), there is nothing to call.
 ///
 /// ```
 /// use xds_cache::{Snapshot, SnapshotCache};
@@ -40,22 +53,27 @@ pub struct SnapshotCache {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     grouper: Box<Grouper>,
     groups: RwLock<HashMap<String, Arc<Group>>>,
-    watchers: Watchers<(String, TypeUrl)>,
+    pub(super) watchers: Watchers<(String, TypeUrl)>,
+    /// Every open watch, by id: what `regroup` walks.
+    bindings: Mutex<HashMap<u64, Arc<Binding>>>,
+    next_binding: AtomicU64,
+    /// Moves at each `regroup`: a watch that started meanwhile asks the grouping function again.
+    epoch: AtomicU64,
 }
 
 #[derive(Default)]
-struct Group {
-    data: RwLock<GroupData>,
+pub(super) struct Group {
+    pub(super) data: RwLock<GroupData>,
 }
 
 #[derive(Default)]
-struct GroupData {
-    snapshot: Option<Snapshot>,
-    tables: BTreeMap<TypeUrl, Table>,
-    last_watch: Option<SystemTime>,
+pub(super) struct GroupData {
+    pub(super) snapshot: Option<Snapshot>,
+    pub(super) tables: BTreeMap<TypeUrl, Table>,
+    pub(super) last_watch: Option<SystemTime>,
 }
 
 /// What a node group looks like now.
@@ -71,11 +89,11 @@ pub struct GroupStatus {
     pub versions: BTreeMap<String, String>,
 }
 
-fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+pub(super) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+pub(super) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -93,6 +111,9 @@ impl SnapshotCache {
                 grouper: Box::new(grouper),
                 groups: RwLock::default(),
                 watchers: Watchers::default(),
+                bindings: Mutex::default(),
+                next_binding: AtomicU64::new(0),
+                epoch: AtomicU64::new(0),
             }),
         }
     }
@@ -159,8 +180,25 @@ impl SnapshotCache {
         read(&state.data).snapshot.clone()
     }
 
+    /// Asks the grouping function again for every open watch, and moves the streams whose node
+    /// now maps to another group (see [When the grouping changes](SnapshotCache#when-the-grouping-changes)).
+    /// Returns the number of watches (one per stream and type) that move.
+    ///
+    /// Call it after changing what the grouping function reads, and after setting the snapshots
+    /// of the groups that appeared (a stream moved to a group without a snapshot waits for one).
+    /// Costs one call of the function per open watch, made with no lock of the cache held (the
+    /// function may call the cache); a moved stream is signalled and moves at its next read.
+    pub fn regroup(&self) -> usize {
+        // Before the walk: a watch that starts during it checks the epoch again once registered
+        // (see `watch`), so none is missed.
+        self.inner.epoch.fetch_add(1, Ordering::SeqCst);
+        let bindings: Vec<Arc<Binding>> = lock(&self.inner.bindings).values().cloned().collect();
+        bindings.iter().filter(|b| b.move_to(self.group_of(&b.node))).count()
+    }
+
     /// Stops serving `group`: its streams keep what they have and get nothing more until a
-    /// snapshot is set again.
+    /// snapshot is set again (or, if the grouping function now maps them elsewhere, until
+    /// [`regroup`](SnapshotCache::regroup) moves them).
     pub fn clear_snapshot(&self, group: &str) {
         let Some(state) = read(&self.inner.groups).get(group).cloned() else { return };
         {
@@ -209,8 +247,12 @@ impl SnapshotCache {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Inner {
-    fn group(&self, name: &str) -> Arc<Group> {
+    pub(super) fn group(&self, name: &str) -> Arc<Group> {
         if let Some(g) = read(&self.groups).get(name) {
             return g.clone();
         }
@@ -223,7 +265,7 @@ impl Inner {
     /// "No user" is "no other `Arc` of the group": watches hold one, and so does any call between
     /// looking the group up and using it. Checked under the map's write lock, which every lookup
     /// needs too, so a group in use is never forgotten.
-    fn release(&self, name: &str) {
+    pub(super) fn release(&self, name: &str) {
         let mut groups = write(&self.groups);
         let idle = groups
             .get(name)
@@ -234,37 +276,10 @@ impl Inner {
     }
 }
 
-struct SnapshotWatch {
-    /// Always `Some` until dropped.
-    group: Option<Arc<Group>>,
-    type_url: TypeUrl,
-    // Declared before `cache` so the registration is gone when `release` looks.
-    registration: Option<Registration<(String, TypeUrl)>>,
-    cache: Weak<Inner>,
-    group_name: String,
-}
-
-impl Watch for SnapshotWatch {
-    fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        let Some(group) = &self.group else { return f(&Unready) };
-        let data = read(&group.data);
-        if data.snapshot.is_none() {
-            return f(&Unready);
-        }
-        match data.tables.get(&self.type_url) {
-            Some(table) => f(table),
-            None => f(&Table::default()),
-        }
-    }
-}
-
-impl Drop for SnapshotWatch {
-    fn drop(&mut self) {
-        drop(self.registration.take());
-        drop(self.group.take());
-        if let Some(cache) = self.cache.upgrade() {
-            cache.release(&self.group_name);
-        }
+impl Inner {
+    /// Forgets a dropped watch.
+    pub(super) fn unbind(&self, id: u64) {
+        lock(&self.bindings).remove(&id);
     }
 }
 
@@ -275,6 +290,7 @@ impl Cache for SnapshotCache {
         signal: Arc<Signal>,
     ) -> Result<Box<dyn Watch>, CacheError> {
         check_variant(request.type_url, request.variant)?;
+        let epoch = self.inner.epoch.load(Ordering::SeqCst);
         let group_name = self.group_of(request.node);
         let group = self.inner.group(&group_name);
         {
@@ -295,15 +311,26 @@ impl Cache for SnapshotCache {
             }
             data.last_watch = Some(SystemTime::now());
         }
-        let registration =
-            self.inner.watchers.register((group_name.clone(), request.type_url.clone()), signal);
-        Ok(Box::new(SnapshotWatch {
-            group: Some(group),
-            type_url: request.type_url.clone(),
-            registration: Some(registration),
-            cache: Arc::downgrade(&self.inner),
+        let registration = self
+            .inner
+            .watchers
+            .register((group_name.clone(), request.type_url.clone()), signal.clone());
+        let binding = Arc::new(Binding::new(
+            request.node.clone(),
+            request.type_url.clone(),
+            signal,
             group_name,
-        }))
+            group,
+            registration,
+        ));
+        let id = self.inner.next_binding.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.bindings).insert(id, binding.clone());
+        if self.inner.epoch.load(Ordering::SeqCst) != epoch {
+            // A regroup ran since the function was asked, and its walk may have missed this
+            // watch: ask again (any later regroup sees the watch).
+            binding.move_to(self.group_of(request.node));
+        }
+        Ok(Box::new(SnapshotWatch { id, binding, cache: Arc::downgrade(&self.inner) }))
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cache;
 mod consistency;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,158 @@
+//! The `xds-file-server` binary moves a connected node's streams when the config file gains or
+//! loses the node's group (issue 12, finding 2): a delta client of node `envoy-2` gets its own
+//! group's cluster and a removal of the default group's, then the reverse, without reconnecting.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Endpoint;
+use xds_proto::ResourceType;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// A running `xds-file-server`, killed when dropped.
+struct Running {
+    child: Child,
+    grpc: SocketAddr,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    /// Starts the binary on free loopback ports and waits until its gRPC port accepts.
+    async fn start(config: &Path) -> Running {
+        let (grpc, http) = (free_addr(), free_addr());
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
+            .args(["--log", "warn"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut running = Running { child, grpc };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(grpc).await.is_err() {
+            assert!(running.child.try_wait().unwrap().is_none(), "the server exited");
+            assert!(Instant::now() < deadline, "the server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running
+    }
+}
+
+/// A delta ADS client subscribed to every cluster, tracking the names it holds.
+struct DeltaClusters {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    rx: Streaming<DeltaDiscoveryResponse>,
+    held: BTreeSet<String>,
+}
+
+impl DeltaClusters {
+    async fn open(server: &Running, node: &str) -> DeltaClusters {
+        let channel = Endpoint::from_shared(format!("http://{}", server.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(DeltaDiscoveryRequest {
+            node: Some(Node { id: node.into(), ..Default::default() }),
+            type_url: ResourceType::Cluster.type_url().into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let rx = AggregatedDiscoveryServiceClient::new(channel)
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        DeltaClusters { tx, rx, held: BTreeSet::new() }
+    }
+
+    /// Receives (and ACKs) until the client holds `expected`; returns the names removed meanwhile.
+    async fn until(&mut self, expected: &[&str]) -> BTreeSet<String> {
+        let mut removed = BTreeSet::new();
+        while self.held.iter().map(String::as_str).collect::<Vec<_>>() != expected {
+            let r = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("holding {:?}, still waiting for {expected:?}", self.held)
+                })
+                .unwrap()
+                .expect("the stream stays open");
+            self.tx
+                .send(DeltaDiscoveryRequest {
+                    type_url: r.type_url.clone(),
+                    response_nonce: r.nonce.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            self.held.extend(r.resources.iter().map(|x| x.name.clone()));
+            for name in r.removed_resources {
+                self.held.remove(&name);
+                removed.insert(name);
+            }
+        }
+        removed
+    }
+}
+
+fn config(default: &str, envoy2: Option<&str>) -> String {
+    let cluster = |name: &str, indent: &str| {
+        format!(
+            "{indent}- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n{indent}  name: {name}\n{indent}  type: STATIC\n"
+        )
+    };
+    let mut text = format!("resources:\n{}", cluster(default, "  "));
+    if let Some(own) = envoy2 {
+        text.push_str(&format!("groups:\n  envoy-2:\n    resources:\n{}", cluster(own, "      ")));
+    }
+    text
+}
+
+/// Replaces the file the way the guide says to: write beside, then rename.
+fn replace(path: &Path, contents: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, contents).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_connected_delta_client_moves_when_the_file_gains_and_loses_its_group() {
+    let dir = std::env::temp_dir().join(format!("xds-file-server-regroup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config("backend", None)).unwrap();
+    let server = Running::start(&path).await;
+    let mut client = DeltaClusters::open(&server, "envoy-2").await;
+    assert!(client.until(&["backend"]).await.is_empty());
+
+    replace(&path, &config("backend", Some("own")));
+    assert_eq!(client.until(&["own"]).await, BTreeSet::from(["backend".to_owned()]));
+
+    replace(&path, &config("backend", None));
+    assert_eq!(client.until(&["backend"]).await, BTreeSet::from(["own".to_owned()]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
