@@ -36,6 +36,37 @@ pub(crate) fn stream_info<T>(request: &tonic::Request<T>, message: TypeUrl) -> S
     }
 }
 
+/// What a reporting service takes from the xDS server it is served with (or sets itself when
+/// served alone): who checks a stream's node, when to stop, how large a request may be.
+#[derive(Clone)]
+pub(crate) struct Hooks {
+    pub(crate) callbacks: Arc<dyn Callbacks>,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    pub(crate) max_request_bytes: usize,
+}
+
+impl Default for Hooks {
+    /// No callbacks, no policy, the default request size limit, a shutdown of its own.
+    fn default() -> Self {
+        Hooks {
+            callbacks: Arc::new(crate::callbacks::NoCallbacks),
+            authorizer: Arc::new(crate::authz::AllowAll),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            max_request_bytes: crate::Limits::default().max_request_bytes,
+        }
+    }
+}
+
+impl Hooks {
+    /// Checks a reporting stream's node ([`authorize`]); on success, the guard that tells the
+    /// callbacks when the stream ends.
+    pub(crate) fn admit(&self, info: StreamInfo, node: &Node) -> Result<Closed, Status> {
+        authorize(&*self.callbacks, &*self.authorizer, &info, node)?;
+        Ok(Closed { callbacks: self.callbacks.clone(), info })
+    }
+}
+
 /// The node check of the reporting services: the server's authorization point (the policy
 /// decides whether this peer may report as this node: [`Access::Report`]), then the same
 /// callbacks as every xDS stream ([`Callbacks::on_stream_open`], [`Callbacks::on_node`]), so a

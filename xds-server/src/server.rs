@@ -202,12 +202,14 @@ impl XdsServerBuilder {
             })
             .collect();
         let shutdown = CancellationToken::new();
-        let max = self.config.limits.max_request_bytes;
-        let (callbacks, authorizer) = (&self.callbacks, &self.authorizer);
-        let lrs = self.lrs.attach(callbacks.clone(), authorizer.clone(), shutdown.clone(), max);
-        let hds = self
-            .hds
-            .map(|h| h.attach(callbacks.clone(), authorizer.clone(), shutdown.clone(), max));
+        let hooks = crate::reporter::Hooks {
+            callbacks: self.callbacks.clone(),
+            authorizer: self.authorizer.clone(),
+            shutdown: shutdown.clone(),
+            max_request_bytes: self.config.limits.max_request_bytes,
+        };
+        let lrs = self.lrs.attach(hooks.clone());
+        let hds = self.hds.map(|h| h.attach(hooks));
         XdsServer {
             shared: Arc::new(Shared {
                 cache: self.cache,

@@ -5,7 +5,7 @@
 # Env: GRPC_PORT / HTTP_PORT (18200 / 18201), BUILD=0 to use target/release as it is, PROFILE=debug,
 # KEEP=1 to keep the work dir (server logs, reports).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 
 GRPC="127.0.0.1:${GRPC_PORT:-18200}"
 HTTP="127.0.0.1:${HTTP_PORT:-18201}"

@@ -2,9 +2,8 @@
 //! mTLS with `--verify-node-id` serves a client only as the node its certificate names.
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
@@ -18,80 +17,8 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("xds-file-server-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A running `xds-file-server`, killed when dropped.
-struct Running {
-    child: Child,
-    grpc: SocketAddr,
-    http: SocketAddr,
-    admin: SocketAddr,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    /// Starts the binary on free loopback ports and waits until it answers `/healthz`.
-    async fn start(config: &Path, extra: &[&str]) -> Running {
-        let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
-            .arg("--config")
-            .arg(config)
-            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
-            .args(["--admin-addr", &admin.to_string()])
-            .args(["--log", "warn"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child, grpc, http, admin };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok((200, _)) = running.get("/healthz").await {
-                return running;
-            }
-            assert!(running.child.try_wait().unwrap().is_none(), "the server exited");
-            assert!(Instant::now() < deadline, "the server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// A plain HTTP/1.1 GET on the admin port: the status code and the body.
-    async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(self.admin).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-        Ok((code, body))
-    }
-
-    /// `/status`'s `config` object.
-    async fn config_state(&self) -> serde_json::Value {
-        let (_, body) = self.get("/status").await.unwrap();
-        serde_json::from_str::<serde_json::Value>(&body).unwrap()["config"].clone()
-    }
-}
+mod common;
+use common::*;
 
 /// A SotW ADS client subscribed to every cluster.
 struct Clusters {
@@ -178,7 +105,7 @@ async fn every_kind_of_broken_file_leaves_the_last_good_config_serving() {
         ("syntax", b"resources: [ { \"@type\": ", "syntax"),
         ("unknown field", unknown_field.as_bytes(), "no_such_field"),
         ("unknown @type", b"resources:\n  - \"@type\": type.googleapis.com/acme.Nope\n    name: x\n", "acme.Nope"),
-        ("inconsistent references", b"resources:\n  - \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\n    name: l1\n    api_listener:\n      api_listener:\n        \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n        rds: { route_config_name: missing_route, config_source: { ads: {} } }\n", "missing_route"),
+        ("inconsistent references", b"resources:\n  - \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\n    name: l1\n    api_listener:\n      api_listener:\n        \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n        stat_prefix: l1\n        rds: { route_config_name: missing_route, config_source: { ads: {} } }\n", "missing_route"),
         ("empty", b"", "empty"),
         ("huge", huge.as_bytes(), "4096"),
         ("not UTF-8", b"\xff\xfe\x00resources", "UTF-8"),
@@ -310,22 +237,6 @@ fn config_with_secret() -> String {
         "{}groups:\n  envoy-2:\n    resources:\n      - \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\n        name: envoy-2-key\n        tls_certificate: {{ private_key: {{ inline_string: PRIVATE-KEY-OF-ENVOY-2 }} }}\n",
         config_with(&["c1"])
     )
-}
-
-impl Running {
-    /// A plain HTTP/1.1 POST on `addr`: the status code and the body.
-    async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-        (code, response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned())
-    }
 }
 
 #[tokio::test]

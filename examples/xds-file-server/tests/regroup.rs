@@ -4,59 +4,19 @@
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Endpoint;
 use xds_proto::ResourceType;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A running `xds-file-server`, killed when dropped.
-struct Running {
-    child: Child,
-    grpc: SocketAddr,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    /// Starts the binary on free loopback ports and waits until its gRPC port accepts.
-    async fn start(config: &Path) -> Running {
-        let (grpc, http) = (free_addr(), free_addr());
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
-            .arg("--config")
-            .arg(config)
-            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
-            .args(["--log", "warn"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child, grpc };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(grpc).await.is_err() {
-            assert!(running.child.try_wait().unwrap().is_none(), "the server exited");
-            assert!(Instant::now() < deadline, "the server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        running
-    }
-}
+mod common;
+use common::*;
 
 /// A delta ADS client subscribed to every cluster, tracking the names it holds.
 struct DeltaClusters {
@@ -67,11 +27,7 @@ struct DeltaClusters {
 
 impl DeltaClusters {
     async fn open(server: &Running, node: &str) -> DeltaClusters {
-        let channel = Endpoint::from_shared(format!("http://{}", server.grpc))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = server.channel().await;
         let (tx, rx) = mpsc::channel(4);
         tx.send(DeltaDiscoveryRequest {
             node: Some(Node { id: node.into(), ..Default::default() }),
@@ -139,12 +95,10 @@ fn replace(path: &Path, contents: &str) {
 
 #[tokio::test]
 async fn a_connected_delta_client_moves_when_the_file_gains_and_loses_its_group() {
-    let dir = std::env::temp_dir().join(format!("xds-file-server-regroup-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("regroup");
     let path = dir.join("config.yaml");
     std::fs::write(&path, config("backend", None)).unwrap();
-    let server = Running::start(&path).await;
+    let server = Running::start(&path, &[]).await;
     let mut client = DeltaClusters::open(&server, "envoy-2").await;
     assert!(client.until(&["backend"]).await.is_empty());
 

@@ -3,17 +3,12 @@
 //! a rejected file. The served state is checked from connected SotW and delta clients.
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::{Channel, Endpoint};
 use xds_proto::ResourceType;
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -22,100 +17,8 @@ use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("xds-reload-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A running `xds-file-server`, killed when dropped.
-struct Running {
-    child: Child,
-    grpc: SocketAddr,
-    http: SocketAddr,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
-    async fn start(config: &Path, extra: &[&str]) -> Running {
-        let (grpc, http) = (free_addr(), free_addr());
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
-            .arg("--config")
-            .arg(config)
-            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
-            .args(["--log", "warn"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child, grpc, http };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok((200, _)) = running.get("/healthz").await {
-                return running;
-            }
-            assert!(running.child.try_wait().unwrap().is_none(), "the server exited");
-            assert!(Instant::now() < deadline, "the server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(self.http).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-        Ok((code, body))
-    }
-
-    async fn config_state(&self) -> serde_json::Value {
-        let (_, body) = self.get("/status").await.unwrap();
-        serde_json::from_str::<serde_json::Value>(&body).unwrap()["config"].clone()
-    }
-
-    /// Waits until `/status`'s config satisfies `done`, and returns it.
-    async fn until(
-        &self,
-        what: &str,
-        done: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let state = self.config_state().await;
-            if done(&state) {
-                return state;
-            }
-            assert!(Instant::now() < deadline, "{what}: {state}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The value of an unlabelled or labelled sample in /metrics.
-    async fn metric(&self, sample: &str) -> Option<f64> {
-        let (_, body) = self.get("/metrics").await.unwrap();
-        body.lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-    }
-
-    async fn channel(&self) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.grpc)).unwrap().connect().await.unwrap()
-    }
-}
+mod common;
+use common::*;
 
 fn node(id: &str) -> Option<Node> {
     Some(Node { id: id.into(), ..Default::default() })

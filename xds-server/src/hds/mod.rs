@@ -15,7 +15,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::Stream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -31,10 +30,10 @@ use xds_proto::prost::Name;
 pub use store::HdsConfig;
 pub use view::{EndpointHealthView, HealthSnapshot, HealthWatch};
 
-use crate::authz::{AllowAll, Authorizer};
-use crate::callbacks::{Callbacks, NoCallbacks};
+use crate::authz::Authorizer;
+use crate::callbacks::Callbacks;
 use crate::lrs::store::Reason;
-use crate::reporter::{self, Closed, escape_label};
+use crate::reporter::{self, Closed, Hooks, escape_label};
 use store::{HealthStore, Registration};
 
 /// Gives the health checks a node is to run. Called once per stream, with no lock held.
@@ -83,10 +82,7 @@ where
 pub struct HealthDiscoveryServer {
     store: Arc<HealthStore>,
     provider: Arc<dyn HealthCheckProvider>,
-    callbacks: Arc<dyn Callbacks>,
-    authorizer: Arc<dyn Authorizer>,
-    shutdown: CancellationToken,
-    max_request_bytes: usize,
+    hooks: Hooks,
 }
 
 impl std::fmt::Debug for HealthDiscoveryServer {
@@ -101,10 +97,7 @@ impl HealthDiscoveryServer {
         Self {
             store: Arc::new(HealthStore::new(HdsConfig::default())),
             provider: Arc::new(provider),
-            callbacks: Arc::new(NoCallbacks),
-            authorizer: Arc::new(AllowAll),
-            shutdown: CancellationToken::new(),
-            max_request_bytes: crate::Limits::default().max_request_bytes,
+            hooks: Hooks::default(),
         }
     }
 
@@ -119,7 +112,7 @@ impl HealthDiscoveryServer {
     /// [`XdsServer`](crate::XdsServer) sets its own.
     #[must_use]
     pub fn callbacks(mut self, callbacks: Arc<dyn Callbacks>) -> Self {
-        self.callbacks = callbacks;
+        self.hooks.callbacks = callbacks;
         self
     }
 
@@ -128,33 +121,24 @@ impl HealthDiscoveryServer {
     /// sets its own.
     #[must_use]
     pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
-        self.authorizer = authorizer;
+        self.hooks.authorizer = authorizer;
         self
     }
 
-    pub(crate) fn attach(
-        mut self,
-        callbacks: Arc<dyn Callbacks>,
-        authorizer: Arc<dyn Authorizer>,
-        shutdown: CancellationToken,
-        max_request_bytes: usize,
-    ) -> Self {
-        self.callbacks = callbacks;
-        self.authorizer = authorizer;
-        self.shutdown = shutdown;
-        self.max_request_bytes = max_request_bytes;
+    pub(crate) fn attach(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
         self
     }
 
     /// Ends open streams with `UNAVAILABLE` and refuses new ones.
     pub fn shutdown(&self) {
-        self.shutdown.cancel();
+        self.hooks.shutdown.cancel();
     }
 
     /// The tonic service, with the request size limit.
     pub fn service(&self) -> HealthDiscoveryServiceServer<HealthDiscoveryServer> {
         HealthDiscoveryServiceServer::new(self.clone())
-            .max_decoding_message_size(self.max_request_bytes)
+            .max_decoding_message_size(self.hooks.max_request_bytes)
     }
 
     /// The service alone, for `tonic::transport::Server::add_routes`.
@@ -242,12 +226,9 @@ impl HealthDiscoveryServer {
                 "the first message must be a HealthCheckRequest with a node",
             ));
         };
-        if let Err(status) = reporter::authorize(&*self.callbacks, &*self.authorizer, &info, &node)
-        {
+        let closed = self.hooks.admit(info, &node).inspect_err(|_| {
             store.rejected.add(Reason::Refused, 1);
-            return Err(status);
-        }
-        let closed = Closed { callbacks: self.callbacks.clone(), info };
+        })?;
         let Some(registration) = store.register(closed.info.id, &node) else {
             store.rejected.add(Reason::TooManyStreams, 1);
             return Err(Status::resource_exhausted(format!(
@@ -276,7 +257,7 @@ impl State {
         match self {
             State::Start(server, mut messages, info) => {
                 let first = tokio::select! {
-                    () = server.shutdown.cancelled() => return None,
+                    () = server.hooks.shutdown.cancelled() => return None,
                     m = messages.message() => m.ok().flatten()?,
                 };
                 match server.start(info, first) {
@@ -289,7 +270,7 @@ impl State {
             }
             State::Reporting(server, mut messages, registration, closed) => loop {
                 tokio::select! {
-                    () = server.shutdown.cancelled() => {
+                    () = server.hooks.shutdown.cancelled() => {
                         return Some((
                             Err(Status::unavailable("the server is shutting down")),
                             State::Done,
@@ -321,7 +302,7 @@ impl HealthDiscoveryService for HealthDiscoveryServer {
         &self,
         request: Request<Messages>,
     ) -> Result<Response<ResponseStream>, Status> {
-        if self.shutdown.is_cancelled() {
+        if self.hooks.shutdown.is_cancelled() {
             return Err(Status::unavailable("the server is shutting down"));
         }
         let info = reporter::stream_info(

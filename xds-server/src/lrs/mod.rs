@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -31,9 +30,9 @@ use xds_proto::prost::Name;
 pub use store::LrsConfig;
 pub use view::{ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, NodeLoad};
 
-use crate::authz::{AllowAll, Authorizer};
-use crate::callbacks::{Callbacks, NoCallbacks};
-use crate::reporter::{self, Closed, escape_label};
+use crate::authz::Authorizer;
+use crate::callbacks::Callbacks;
+use crate::reporter::{self, Closed, Hooks, escape_label};
 use store::{Reason, Registration, Store};
 
 /// The shortest reporting interval the server asks for, whatever the policy says.
@@ -124,10 +123,7 @@ impl LoadReportPolicy for ReportRequest {
 pub struct LoadReportingServer {
     store: Arc<Store>,
     policy: Arc<dyn LoadReportPolicy>,
-    callbacks: Arc<dyn Callbacks>,
-    authorizer: Arc<dyn Authorizer>,
-    shutdown: CancellationToken,
-    max_request_bytes: usize,
+    hooks: Hooks,
 }
 
 impl std::fmt::Debug for LoadReportingServer {
@@ -149,10 +145,7 @@ impl LoadReportingServer {
         Self {
             store: Arc::new(Store::new(LrsConfig::default())),
             policy: Arc::new(SendAllClusters),
-            callbacks: Arc::new(NoCallbacks),
-            authorizer: Arc::new(AllowAll),
-            shutdown: CancellationToken::new(),
-            max_request_bytes: crate::Limits::default().max_request_bytes,
+            hooks: Hooks::default(),
         }
     }
 
@@ -174,7 +167,7 @@ impl LoadReportingServer {
     /// it close. An [`XdsServer`](crate::XdsServer) sets its own.
     #[must_use]
     pub fn callbacks(mut self, callbacks: Arc<dyn Callbacks>) -> Self {
-        self.callbacks = callbacks;
+        self.hooks.callbacks = callbacks;
         self
     }
 
@@ -183,22 +176,13 @@ impl LoadReportingServer {
     /// sets its own.
     #[must_use]
     pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
-        self.authorizer = authorizer;
+        self.hooks.authorizer = authorizer;
         self
     }
 
     /// Takes the xDS server's callbacks, shutdown and request size limit.
-    pub(crate) fn attach(
-        mut self,
-        callbacks: Arc<dyn Callbacks>,
-        authorizer: Arc<dyn Authorizer>,
-        shutdown: CancellationToken,
-        max_request_bytes: usize,
-    ) -> Self {
-        self.callbacks = callbacks;
-        self.authorizer = authorizer;
-        self.shutdown = shutdown;
-        self.max_request_bytes = max_request_bytes;
+    pub(crate) fn attach(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -207,13 +191,13 @@ impl LoadReportingServer {
     ///
     /// [`XdsServer`]: crate::XdsServer
     pub fn shutdown(&self) {
-        self.shutdown.cancel();
+        self.hooks.shutdown.cancel();
     }
 
     /// The tonic service, with the request size limit.
     pub fn service(&self) -> LoadReportingServiceServer<LoadReportingServer> {
         LoadReportingServiceServer::new(self.clone())
-            .max_decoding_message_size(self.max_request_bytes)
+            .max_decoding_message_size(self.hooks.max_request_bytes)
     }
 
     /// The service alone, for `tonic::transport::Server::add_routes`.
@@ -357,11 +341,9 @@ impl LoadReportingServer {
             store.rejected.add(Reason::NoNode, 1);
             return Err(Status::invalid_argument("the first LoadStatsRequest must carry a node"));
         };
-        if let Err(status) = reporter::authorize(&*self.callbacks, &*self.authorizer, &info, node) {
+        let closed = self.hooks.admit(info, node).inspect_err(|_| {
             store.rejected.add(Reason::Refused, 1);
-            return Err(status);
-        }
-        let closed = Closed { callbacks: self.callbacks.clone(), info };
+        })?;
         let (response, only) = self.first_response(node);
         let node_id = truncate(&node.id, store.config.max_name_bytes);
         let Some(registration) = store.register(closed.info.id, node_id, only) else {
@@ -417,7 +399,7 @@ impl State {
         match self {
             State::Start(server, mut requests, info) => {
                 let first = tokio::select! {
-                    () = server.shutdown.cancelled() => return None,
+                    () = server.hooks.shutdown.cancelled() => return None,
                     m = requests.message() => m.ok().flatten()?,
                 };
                 match server.start(info, first) {
@@ -430,7 +412,7 @@ impl State {
             }
             State::Reporting(server, mut requests, registration, closed) => loop {
                 tokio::select! {
-                    () = server.shutdown.cancelled() => {
+                    () = server.hooks.shutdown.cancelled() => {
                         return Some((Err(Status::unavailable("the server is shutting down")), State::Done));
                     }
                     m = requests.message() => match m {
@@ -456,7 +438,7 @@ impl LoadReportingService for LoadReportingServer {
         &self,
         request: Request<Streaming<LoadStatsRequest>>,
     ) -> Result<Response<ResponseStream>, Status> {
-        if self.shutdown.is_cancelled() {
+        if self.hooks.shutdown.is_cancelled() {
             return Err(Status::unavailable("the server is shutting down"));
         }
         let info = reporter::stream_info(&request, TypeUrl::parse(&LoadStatsRequest::type_url()));

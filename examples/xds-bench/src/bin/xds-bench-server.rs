@@ -28,23 +28,11 @@ use clap::Parser;
 use tonic::transport::server::TcpIncoming;
 use xds_bench::sys;
 use xds_cache::{LinearCache, MuxCache};
-use xds_proto::builders::{ads_source, eds_cluster, endpoints};
+use xds_proto::builders::{eds_cluster, endpoints, http_listener, route_to_cluster};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
-use xds_proto::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_proto::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
-use xds_proto::pb::envoy::config::route::v3::route::Action;
-use xds_proto::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
-use xds_proto::pb::envoy::config::route::v3::route_match::PathSpecifier;
-use xds_proto::pb::envoy::config::route::v3::{
-    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
-};
-use xds_proto::pb::envoy::extensions::filters::http::router::v3::Router;
-use xds_proto::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::RouteSpecifier, http_filter,
-};
-use xds_proto::pb::google::protobuf::Any;
-use xds_proto::prost::{Message, Name};
+use xds_proto::pb::envoy::config::listener::v3::Listener;
+use xds_proto::pb::envoy::config::route::v3::RouteConfiguration;
 use xds_proto::{EncodedResource, ResourceType};
 use xds_server::{ServerConfig, XdsServer};
 
@@ -98,72 +86,6 @@ impl Bench {
             .collect();
         let hosts: Vec<(&str, u32)> = hosts.iter().map(|h| (h.as_str(), port)).collect();
         endpoints(&format!("cluster-{i}"), &hosts)
-    }
-}
-
-fn pack<M: Message + Name>(m: &M) -> Any {
-    Any { type_url: M::type_url(), value: m.encode_to_vec() }
-}
-
-/// A listener on port 10000 whose routes come from RDS `route-0` over ADS.
-fn listener() -> Listener {
-    let hcm = HttpConnectionManager {
-        stat_prefix: "ingress".into(),
-        route_specifier: Some(RouteSpecifier::Rds(Rds {
-            config_source: Some(ads_source()),
-            route_config_name: "route-0".into(),
-        })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
-                type_url: <Router as xds_proto::prost::Name>::type_url(),
-                value: Vec::new(),
-            })),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    Listener {
-        name: "listener-0".into(),
-        address: Some(Address {
-            address: Some(address::Address::SocketAddress(SocketAddress {
-                address: "0.0.0.0".into(),
-                port_specifier: Some(socket_address::PortSpecifier::PortValue(10000)),
-                ..Default::default()
-            })),
-        }),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(pack(&hcm))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-/// `route-0`: everything to `cluster-0`.
-fn route() -> RouteConfiguration {
-    RouteConfiguration {
-        name: "route-0".into(),
-        virtual_hosts: vec![VirtualHost {
-            name: "all".into(),
-            domains: vec!["*".into()],
-            routes: vec![Route {
-                r#match: Some(RouteMatch {
-                    path_specifier: Some(PathSpecifier::Prefix("/".into())),
-                    ..Default::default()
-                }),
-                action: Some(Action::Route(RouteAction {
-                    cluster_specifier: Some(ClusterSpecifier::Cluster("cluster-0".into())),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
     }
 }
 
@@ -236,8 +158,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|i| encoded(EncodedResource::new(&bench.cla(i, INITIAL_PORT))))
             .collect::<Result<Vec<_>, _>>()?,
     )?;
-    listeners.upsert(&listener())?;
-    routes.upsert(&route())?;
+    // A listener on port 10000 whose routes come from RDS `route-0`: everything to `cluster-0`.
+    listeners.upsert(&http_listener("listener-0", "0.0.0.0", 10000, "route-0"))?;
+    routes.upsert(&route_to_cluster("route-0", "*", "cluster-0"))?;
 
     let mux = MuxCache::new()
         .route(ResourceType::Cluster, clusters)
@@ -280,9 +203,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     async move { axum::Json(body) }
                 }),
             );
-    let http_listener = tokio::net::TcpListener::bind(args.http_addr).await?;
+    let http_socket = tokio::net::TcpListener::bind(args.http_addr).await?;
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_listener, http).await {
+        if let Err(e) = axum::serve(http_socket, http).await {
             eprintln!("the HTTP server failed: {e}");
         }
     });
