@@ -1,13 +1,21 @@
-//! The admin listener: `/healthz`, `/ready`, `/metrics`, `/status` and CSDS as JSON (`/metrics`
-//! and `/status` include the load clients report over LRS, served on the gRPC port). It has no
-//! authentication: bind it to localhost (the default) or a management network only.
+//! The admin listener: `/healthz`, `/ready`, `/metrics`, `/status`, `/config_dump` and CSDS as
+//! JSON (`/metrics` and `/status` include the load clients report over LRS, served on the gRPC
+//! port). It has no authentication: bind it to localhost (the default) or a management network
+//! only.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::Query;
+use axum::http::StatusCode;
 use axum::routing::get;
+use serde_json::{Value, json};
+use xds_cache::SnapshotCache;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::{ResourceType, any_to_json};
 use xds_server::XdsServer;
+
+use crate::config::DEFAULT_GROUP;
 
 /// The most streams one `/status` page shows (`?limit=` may ask for fewer).
 const MAX_STATUS_PAGE: usize = 100;
@@ -31,15 +39,86 @@ pub(crate) struct ConfigState {
     pub(crate) files_parsed: u64,
 }
 
+/// What `/config_dump` reads: the served snapshots and the function that picks a node's group
+/// (the one the cache and the authorization policy use).
+pub(crate) struct ConfigDump {
+    pub(crate) cache: SnapshotCache,
+    pub(crate) grouping: Arc<dyn Fn(&Node) -> String + Send + Sync>,
+}
+
+/// The longest node id or cluster `/config_dump` takes (the query is the operator's, but bounded
+/// all the same).
+const MAX_DUMP_NODE: usize = 256;
+
+impl ConfigDump {
+    /// The group `node` maps to and every resource it would be served, by type in
+    /// make-before-break order, as proto3 JSON. Secrets are listed with their name and version
+    /// only: the admin port must not hand out private keys.
+    fn dump(&self, query: &HashMap<String, String>) -> (StatusCode, Value) {
+        let Some(id) = query.get("node").filter(|id| !id.is_empty()) else {
+            return (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "node=ID is required (and cluster=NAME, optional)"}),
+            );
+        };
+        let cluster = query.get("cluster").cloned().unwrap_or_default();
+        if id.len() > MAX_DUMP_NODE || cluster.len() > MAX_DUMP_NODE {
+            let error = format!("node and cluster are at most {MAX_DUMP_NODE} bytes");
+            return (StatusCode::BAD_REQUEST, json!({ "error": error }));
+        }
+        let node = Node { id: id.clone(), cluster: cluster.clone(), ..Default::default() };
+        let group = (self.grouping)(&node);
+        let shown_group = if group == DEFAULT_GROUP { "(default)" } else { group.as_str() };
+        let mut body = json!({"node": {"id": id, "cluster": cluster}, "group": shown_group});
+        let Some(snapshot) = self.cache.snapshot(&group) else {
+            body["resources"] = json!({});
+            body["note"] =
+                json!("the group has no configuration: this node would be served nothing yet");
+            return (StatusCode::OK, body);
+        };
+        let mut resources = serde_json::Map::new();
+        for type_url in snapshot.types() {
+            let listed: Vec<Value> = snapshot
+                .resources(type_url)
+                .map(|r| {
+                    if type_url.builtin() == Some(ResourceType::Secret) {
+                        return json!({"name": r.name(), "version": r.version(), "redacted": true});
+                    }
+                    let resource = any_to_json(&r.to_any())
+                        .unwrap_or_else(|e| json!({"name": r.name(), "error": e.to_string()}));
+                    json!({"name": r.name(), "version": r.version(), "resource": resource})
+                })
+                .collect();
+            resources.insert(type_url.label().to_owned(), Value::Array(listed));
+        }
+        body["resources"] = Value::Object(resources);
+        (StatusCode::OK, body)
+    }
+}
+
 /// The admin routes. `/status` takes `?node=ID` (that node's streams only), `?offset=N` and
 /// `?limit=N` (at most 100 streams a page; `next_offset` says where the next page starts).
-pub(crate) fn admin_router(server: &XdsServer, state: Arc<Mutex<ConfigState>>) -> axum::Router {
+///
+/// `/config_dump?node=ID&cluster=NAME`: the group that node maps to and every resource it would
+/// be served (secrets redacted); see [`ConfigDump`].
+pub(crate) fn admin_router(
+    server: &XdsServer,
+    state: Arc<Mutex<ConfigState>>,
+    dump: ConfigDump,
+) -> axum::Router {
     let metrics = server.clone();
     let status = server.clone();
     let (ready, config_metrics) = (state.clone(), state.clone());
     server
         .admin_router()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/config_dump", get({
+            let dump = Arc::new(dump);
+            move |Query(query): Query<HashMap<String, String>>| {
+                let (code, body) = dump.dump(&query);
+                async move { (code, axum::Json(body)) }
+            }
+        }))
         .route("/ready", get(move || {
             let answer = crate::reload::ready(&ready);
             async move { answer }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use xds_server::Limits;
+
 use crate::config;
 
 /// The configuration read when `--config` is not given: a file in the working directory, never a
@@ -75,6 +77,25 @@ pub struct Args {
     /// The HTTP/2 MAX_CONCURRENT_STREAMS the gRPC port advertises.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_streams: u32,
+    /// Send an HTTP/2 PING on the gRPC port after this many idle seconds (0: never).
+    #[arg(long, default_value_t = 30)]
+    pub keepalive_interval_s: u64,
+    /// Close a connection whose PING is not answered within this many seconds.
+    #[arg(long, default_value_t = 10)]
+    pub keepalive_timeout_s: u64,
+    /// The largest request message accepted, in bytes (`RESOURCE_EXHAUSTED` beyond).
+    #[arg(long, default_value_t = Limits::default().max_request_bytes)]
+    pub max_request_bytes: usize,
+    /// The most xDS streams open at once (`RESOURCE_EXHAUSTED` beyond).
+    #[arg(long, default_value_t = Limits::default().max_streams)]
+    pub max_streams: usize,
+    /// Requests per second one stream may send on average (`RESOURCE_EXHAUSTED` beyond).
+    #[arg(long, default_value_t = Limits::default().max_requests_per_second)]
+    pub max_requests_per_second: u32,
+    /// `control_plane.identifier` on every response, so a proxy's config dump shows which
+    /// replica answered (rule C5). Default: none.
+    #[arg(long)]
+    pub control_plane_id: Option<String>,
     /// Also write the default group's resources as DiscoveryResponse files here (Envoy
     /// filesystem subscriptions), replaced atomically on every change, once the ports are
     /// bound. `sds.*` files (private keys) are mode 0600.

@@ -12,7 +12,8 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::transport::{Incoming, PeerInfo, TransportConfig, tls_config};
 use xds_server::{
-    FileFormat, FileWriter, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets, XdsServer,
+    FileFormat, FileWriter, Limits, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets,
+    XdsServer,
 };
 
 mod admin;
@@ -22,7 +23,7 @@ pub mod cli;
 pub mod config;
 mod reload;
 
-use admin::{ConfigState, admin_router};
+use admin::{ConfigDump, ConfigState, admin_router};
 use banner::print_banner;
 use cli::{Args, Format};
 use config::DEFAULT_GROUP;
@@ -60,14 +61,25 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or_else(|| DEFAULT_GROUP.to_owned())
     };
     let cache = SnapshotCache::new(grouping.clone());
+    let grouping_for_dump = grouping.clone();
     let state = Arc::new(Mutex::new(ConfigState {
         path: args.config.display().to_string(),
         ..Default::default()
     }));
     publish(&cache, initial, &group_names, &state);
 
-    let mut builder = XdsServer::builder(cache.clone())
-        .config(ServerConfig { allow_anonymous: args.allow_anonymous, ..Default::default() });
+    let limits = Limits {
+        max_request_bytes: args.max_request_bytes,
+        max_streams: args.max_streams,
+        max_requests_per_second: args.max_requests_per_second,
+        ..Limits::default()
+    };
+    let mut builder = XdsServer::builder(cache.clone()).config(ServerConfig {
+        allow_anonymous: args.allow_anonymous,
+        control_plane_id: args.control_plane_id.clone(),
+        limits,
+        ..Default::default()
+    });
     if args.verify_node_id {
         let mut policy =
             NodeIdentity::new().grouping(grouping).shared_groups(args.shared_group.clone());
@@ -129,7 +141,8 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(FileWriter::new(dir, format).follow(cache.clone(), Node::default(), types));
     }
 
-    let admin = admin_router(&server, state.clone());
+    let dump = ConfigDump { cache: cache.clone(), grouping: Arc::new(grouping_for_dump) };
+    let admin = admin_router(&server, state.clone(), dump);
     let admin_shutdown = server.shutting_down();
     tokio::spawn(async move {
         let served =
@@ -177,8 +190,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let grpc = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(
+            Some(Duration::from_secs(args.keepalive_interval_s)).filter(|d| !d.is_zero()),
+        )
+        .http2_keepalive_timeout(Some(Duration::from_secs(args.keepalive_timeout_s)))
         .max_concurrent_streams(Some(args.max_concurrent_streams))
         .add_routes(server.routes());
     match tls {

@@ -1,4 +1,5 @@
-//! The operator's side of the binary: `check`, `--version`, and log output fit for machines.
+//! The operator's side of the binary: `check`, `--version`, log output fit for machines,
+//! `/config_dump`, and the flags that set limits and the control plane's identity.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
@@ -6,6 +7,9 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_xds-file-server");
 
@@ -62,6 +66,7 @@ fn lines_until(extra: &[&str], last: impl Fn(&str) -> bool) -> Vec<String> {
         .arg("--config")
         .arg(shipped_config())
         .args(["--grpc-addr", &free_addr(), "--http-addr", &free_addr()])
+        .args(["--admin-addr", &free_addr()])
         .args(extra)
         .stdout(Stdio::piped())
         .spawn()
@@ -98,4 +103,85 @@ fn text_logs_to_a_pipe_carry_no_colour_codes() {
     let lines = lines_until(&["--log", "info"], |l| l.contains("configuration published"));
     assert!(lines.iter().any(|l| l.contains("INFO")), "{lines:?}");
     assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "{lines:?}");
+}
+
+#[tokio::test]
+async fn config_dump_shows_the_group_a_node_maps_to_and_what_it_would_get() {
+    let server = Running::start(&shipped_config(), &[]).await;
+    let (code, body) =
+        server.get("/config_dump?node=grpc-client-1&cluster=grpc-clients").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(dump["group"], "grpc-clients");
+    assert_eq!(dump["resources"]["cluster"][0]["name"], "demo-cluster");
+    assert_eq!(dump["resources"]["cluster"][0]["resource"]["name"], "demo-cluster");
+    assert_eq!(dump["resources"]["cluster"][0]["version"].as_str().unwrap().len(), 16);
+
+    // Another node lands in the default group.
+    let (_, body) = server.get("/config_dump?node=envoy-1").await.unwrap();
+    let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(dump["group"], "(default)");
+    assert_eq!(dump["resources"]["cluster"][0]["name"], "backend");
+
+    let (code, body) = server.get("/config_dump").await.unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("node=ID is required"), "{body}");
+}
+
+#[tokio::test]
+async fn config_dump_never_shows_a_private_key() {
+    let dir = temp_dir("dump-secret");
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        "resources:\n  - \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\n    name: key\n    tls_certificate: { private_key: { inline_string: PRIVATE-KEY-TEXT } }\n",
+    )
+    .unwrap();
+    let server = Running::start(&path, &[]).await;
+    let (code, body) = server.get("/config_dump?node=envoy-1").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("PRIVATE-KEY-TEXT"), "{body}");
+    let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(dump["resources"]["secret"][0]["name"], "key");
+    assert_eq!(dump["resources"]["secret"][0]["redacted"], true);
+}
+
+#[tokio::test]
+async fn control_plane_id_and_limits_come_from_flags() {
+    use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+
+    let extra = ["--control-plane-id", "replica-7", "--max-request-bytes", "2048"];
+    let server = Running::start(&shipped_config(), &extra).await;
+    let mut client = AggregatedDiscoveryServiceClient::new(server.channel().await);
+    let request = |names: Vec<String>| DiscoveryRequest {
+        node: Some(xds_proto::pb::envoy::config::core::v3::Node {
+            id: "envoy-1".into(),
+            ..Default::default()
+        }),
+        type_url: xds_proto::ResourceType::Cluster.type_url().into(),
+        resource_names: names,
+        ..Default::default()
+    };
+    let mut responses = client
+        .stream_aggregated_resources(tokio_stream::iter(vec![request(Vec::new())]))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), responses.message()).await.unwrap();
+    let first = first.unwrap().unwrap();
+    assert_eq!(first.control_plane.unwrap().identifier, "replica-7");
+
+    // A request over --max-request-bytes ends its stream with RESOURCE_EXHAUSTED.
+    let big = request(vec!["x".repeat(4096)]);
+    let mut refused = client
+        .stream_aggregated_resources(tokio_stream::iter(vec![big]))
+        .await
+        .unwrap()
+        .into_inner();
+    let status = tokio::time::timeout(Duration::from_secs(10), refused.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
 }

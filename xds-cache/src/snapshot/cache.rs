@@ -1,6 +1,6 @@
 //! `SnapshotCache`: whole-configuration snapshots per node group.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
@@ -62,6 +62,32 @@ pub(super) struct Inner {
     next_binding: AtomicU64,
     /// Moves at each `regroup`: a watch that started meanwhile asks the grouping function again.
     epoch: AtomicU64,
+    /// Node ids already warned about waiting on a group with no snapshot (bounded).
+    warned: Mutex<HashSet<String>>,
+}
+
+/// The most node ids remembered for the "nothing to serve" warning; past it, no more warnings
+/// (a fleet of unconfigured nodes must not grow the set, nor flood the log).
+const MAX_WARNED_NODES: usize = 10_000;
+
+impl Inner {
+    /// Logs, once per node, that its group has no snapshot yet: without it a node whose group is
+    /// misnamed would wait in silence.
+    fn warn_unserved(&self, node: &str, group: &str) {
+        let mut warned = lock(&self.warned);
+        if warned.len() >= MAX_WARNED_NODES || warned.contains(node) {
+            return;
+        }
+        warned.insert(node.to_owned());
+        drop(warned);
+        let node: String = node.chars().take(128).collect();
+        let group: String = group.chars().take(128).collect();
+        tracing::warn!(
+            %node,
+            %group,
+            "the node's group has no configuration yet: its streams wait until one is set"
+        );
+    }
 }
 
 #[derive(Default)]
@@ -114,6 +140,7 @@ impl SnapshotCache {
                 bindings: Mutex::default(),
                 next_binding: AtomicU64::new(0),
                 epoch: AtomicU64::new(0),
+                warned: Mutex::default(),
             }),
         }
     }
@@ -310,6 +337,10 @@ impl Cache for SnapshotCache {
                 return Err(CacheError::UnknownType { type_url: request.type_url.to_string() });
             }
             data.last_watch = Some(SystemTime::now());
+            if data.snapshot.is_none() {
+                drop(data);
+                self.inner.warn_unserved(&request.node.id, &group_name);
+            }
         }
         let registration = self
             .inner
