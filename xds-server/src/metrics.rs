@@ -19,10 +19,17 @@ struct PerType {
     acks: u64,
     nacks: u64,
     stale: u64,
-    /// Time from a response to its ACK: sum and count, for a mean.
+    /// Time from a response to its ACK: sum, count, and how many fell in each of
+    /// [`ACK_BUCKETS`] (not cumulative; rendering adds them up).
     ack_seconds_sum: f64,
     ack_count: u64,
+    ack_buckets: [u64; ACK_BUCKETS.len()],
 }
+
+/// Upper bounds (seconds) of the ACK latency histogram's buckets: a proxy ACKs a small update in
+/// a millisecond or two and a large or warming one in seconds; past 10 s only `+Inf` counts.
+const ACK_BUCKETS: [f64; 12] =
+    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// The server's counters. Render them with [`Metrics::render`] (served at `GET /metrics` by the
 /// example binary).
@@ -69,8 +76,12 @@ impl Metrics {
         self.with(variant, type_label, |m| {
             m.acks += 1;
             if let Some(l) = latency {
-                m.ack_seconds_sum += l.as_secs_f64();
+                let seconds = l.as_secs_f64();
+                m.ack_seconds_sum += seconds;
                 m.ack_count += 1;
+                if let Some(i) = ACK_BUCKETS.iter().position(|&le| seconds <= le) {
+                    m.ack_buckets[i] += 1;
+                }
             }
         });
     }
@@ -91,7 +102,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let map = lock(&self.per_type);
         let mut out = String::new();
-        let series: [Series; 8] = [
+        let series: [Series; 7] = [
             (
                 "xds_streams",
                 "gauge",
@@ -108,12 +119,6 @@ impl Metrics {
             ("xds_stale_requests_total", "counter", "Requests with a stale nonce.", |m| {
                 m.stale as f64
             }),
-            (
-                "xds_ack_latency_seconds_sum",
-                "counter",
-                "Seconds from sending a response to its ACK, summed.",
-                |m| m.ack_seconds_sum,
-            ),
         ];
         for (name, kind, help, get) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -127,16 +132,27 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP xds_ack_latency_seconds_count ACKs timed.\n# TYPE xds_ack_latency_seconds_count counter"
+            "# HELP xds_ack_latency_seconds Seconds from sending a response to its ACK.\n\
+             # TYPE xds_ack_latency_seconds histogram"
         );
         for (variant, t, m) in
             map.iter().flat_map(|(v, types)| types.iter().map(move |(t, m)| (v, t, m)))
         {
-            let t = escape(t);
+            let labels = format!("variant=\"{variant}\",type=\"{}\"", escape(t));
+            let mut cumulative = 0;
+            for (le, n) in ACK_BUCKETS.iter().zip(m.ack_buckets) {
+                cumulative += n;
+                let _ = writeln!(
+                    out,
+                    "xds_ack_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
+                );
+            }
             let _ = writeln!(
                 out,
-                "xds_ack_latency_seconds_count{{variant=\"{variant}\",type=\"{t}\"}} {}",
-                m.ack_count
+                "xds_ack_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
+                 xds_ack_latency_seconds_sum{{{labels}}} {}\n\
+                 xds_ack_latency_seconds_count{{{labels}}} {}",
+                m.ack_count, m.ack_seconds_sum, m.ack_count
             );
         }
         let _ = writeln!(
@@ -173,6 +189,19 @@ mod tests {
         m.refused("rate_limit");
         let text = m.render();
         assert!(text.contains("xds_streams{variant=\"sotw\",type=\"cluster\"} 1"));
+        // The ACK latency is a histogram: 5 ms falls in the 0.005 bucket and every one above.
+        assert!(text.contains("# TYPE xds_ack_latency_seconds histogram"));
+        let bucket = |le: &str| {
+            format!(
+                "xds_ack_latency_seconds_bucket{{variant=\"sotw\",type=\"cluster\",le=\"{le}\"}}"
+            )
+        };
+        assert!(text.contains(&format!("{} 0", bucket("0.001"))), "{text}");
+        assert!(text.contains(&format!("{} 1", bucket("0.005"))), "{text}");
+        assert!(text.contains(&format!("{} 1", bucket("+Inf"))), "{text}");
+        assert!(
+            text.contains("xds_ack_latency_seconds_count{variant=\"sotw\",type=\"cluster\"} 1")
+        );
         assert!(text.contains("xds_response_bytes_total{variant=\"sotw\",type=\"cluster\"} 120"));
         assert!(text.contains("xds_nacks_total{variant=\"sotw\",type=\"cluster\"} 1"));
         assert!(
