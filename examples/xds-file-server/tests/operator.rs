@@ -185,3 +185,49 @@ async fn control_plane_id_and_limits_come_from_flags() {
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
 }
+
+#[tokio::test]
+async fn metrics_carry_build_info_and_status_shows_groups_and_readable_times() {
+    let server = Running::start(&shipped_config(), &[]).await;
+    let (code, metrics) = server.get("/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let info = metrics.lines().find(|l| l.starts_with("xds_build_info{")).unwrap();
+    assert!(
+        info.starts_with("xds_build_info{version=\"0.1.0\",commit=\"") && info.ends_with("} 1"),
+        "{info}"
+    );
+    assert!(metrics.contains("# TYPE xds_ack_latency_seconds histogram"), "{metrics}");
+
+    // A connected client of the grpc-clients group shows up with its group and RFC 3339 times.
+    use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(DiscoveryRequest {
+        node: Some(xds_proto::pb::envoy::config::core::v3::Node {
+            id: "grpc-client-1".into(),
+            cluster: "grpc-clients".into(),
+            ..Default::default()
+        }),
+        type_url: xds_proto::ResourceType::Cluster.type_url().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut client = AggregatedDiscoveryServiceClient::new(server.channel().await);
+    let mut responses = client
+        .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::timeout(Duration::from_secs(10), responses.message()).await.unwrap().unwrap();
+    let (_, body) = server.get("/status?node=grpc-client-1").await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let stream = &status["streams"][0];
+    assert_eq!(stream["group"], "grpc-clients", "{body}");
+    let opened = stream["opened"].as_str().unwrap();
+    assert!(
+        opened.len() == 24 && opened.ends_with('Z') && opened.as_bytes()[10] == b'T',
+        "{opened}"
+    );
+    drop(tx);
+}
