@@ -67,7 +67,7 @@ impl NackStatus {
 }
 
 /// A version string a client echoes back, cut like a NACK text.
-fn bounded_owned(s: &str) -> String {
+pub(crate) fn bounded_owned(s: &str) -> String {
     let mut end = s.len().min(MAX_NACK_TEXT);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -80,3 +80,28 @@ async fn a_callback_that_reads_status_on_ack_and_nack_stalls_nothing() {
     // The reader's first ACK, and two per other client.
     eventually("every ACK callback returned", || recorder.acks.load(Ordering::SeqCst) == 101).await;
 }
+
+/// The authorization policy, too, runs with no lock of the stream held: one that reads
+/// `status()` (say, to allow one stream per node) answers instead of deadlocking the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorizer_that_reads_status_stalls_nothing() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 1)]);
+    let handle: Arc<OnceLock<XdsServer>> = Arc::default();
+    let seen = handle.clone();
+    let server = XdsServer::builder(cache)
+        .authorizer(move |_: &xds_server::authz::Request<'_>| {
+            let _ = seen.get().map(|s| s.status().streams());
+            Ok(())
+        })
+        .build();
+    handle.set(server.clone()).map_err(|_| ()).unwrap();
+    let t = start(server).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.subscribe(CDS, &[], None).await;
+    let r = ads.recv_type(CDS).await;
+    ads.ack(&r).await;
+    // A second type on the same stream: authorized while the stream's first type is held.
+    ads.subscribe(EDS, &["a"], None).await;
+    assert_eq!(ads.recv_type(EDS).await.resources.len(), 1);
+}

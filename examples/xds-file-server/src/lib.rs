@@ -52,12 +52,21 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let names = group_names.clone();
     // A node is served the group named by its id, else by its cluster, else the default group.
     // The authorization policy groups with the same function (finding 3).
+    //
+    // Under --verify-node-id a cluster selects only a --shared-group: the cluster is the client's
+    // claim, not its identity, and groups come and go with reloads. A stream admitted while a
+    // cluster named no group would otherwise be moved by `regroup` into that group once it
+    // appears, without the policy being asked again.
+    let cluster_groups = args.verify_node_id.then(|| args.shared_group.clone());
     let grouping = move |node: &Node| {
         let names = names.read().unwrap_or_else(|e| e.into_inner());
+        let cluster_allowed =
+            |c: &String| cluster_groups.as_ref().is_none_or(|shared| shared.contains(c));
         [&node.id, &node.cluster]
             .into_iter()
-            .find(|k| !k.is_empty() && names.contains(k))
-            .cloned()
+            .enumerate()
+            .find(|(i, k)| !k.is_empty() && names.contains(k) && (*i == 0 || cluster_allowed(k)))
+            .map(|(_, k)| k.clone())
             .unwrap_or_else(|| DEFAULT_GROUP.to_owned())
     };
     let cache = SnapshotCache::new(grouping.clone());

@@ -38,8 +38,21 @@ fn cds(node: &str, version: &str, nonce: &str) -> DiscoveryRequest {
 
 impl Clusters {
     async fn open(channel: Channel, node: &str) -> Result<Clusters, tonic::Status> {
+        Clusters::open_in(channel, node, "").await
+    }
+
+    /// Opens as node `node` of cluster `cluster` (the first request carries both, rule S2).
+    async fn open_in(
+        channel: Channel,
+        node: &str,
+        cluster: &str,
+    ) -> Result<Clusters, tonic::Status> {
         let (tx, rx) = mpsc::channel(4);
-        tx.send(cds(node, "", "")).await.unwrap();
+        let mut first = cds(node, "", "");
+        if let Some(n) = first.node.as_mut() {
+            n.cluster = cluster.into();
+        }
+        tx.send(first).await.unwrap();
         let rx = AggregatedDiscoveryServiceClient::new(channel)
             .stream_aggregated_resources(ReceiverStream::new(rx))
             .await?
@@ -227,6 +240,42 @@ async fn mtls_serves_a_client_only_as_the_node_its_certificate_names() {
         }),
     };
     assert!(!matches!(outcome, Some(Ok(_))), "served without a certificate: {outcome:?}");
+}
+
+/// A group named by a node's cluster that appears after the node connected: under
+/// `--verify-node-id` the reload must not move the verified stream into it (the cluster is the
+/// client's claim, and `regroup` does not ask the policy again).
+#[tokio::test]
+async fn a_verified_node_never_reaches_a_group_its_cluster_names_even_one_added_later() {
+    let pki = Pki::new(&["attacker"]);
+    let dir = temp_dir("regroup-claim");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let (cert, key, ca) =
+        (pki.file("localhost.pem"), pki.file("localhost.key"), pki.file("ca.pem"));
+    let server = Running::start(
+        &path,
+        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"],
+    )
+    .await;
+    let channel = pki.channel(&server, Some("attacker")).await.expect("a verified client");
+    let mut stream = Clusters::open_in(channel, "attacker", "envoy-1").await.unwrap();
+    assert_eq!(stream.next("attacker").await.unwrap(), ["c1"]);
+
+    // Group envoy-1 appears; a reload regroups every open stream.
+    let with_group = format!(
+        "{}groups:\n  envoy-1:\n    resources:\n      - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n        name: envoy-1-only\n        type: STATIC\n",
+        config_with(&["c1"])
+    );
+    let next = dir.join(".config.yaml.next");
+    std::fs::write(&next, with_group).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    server.until("the new group is served", |c| c["loads"] == 2).await;
+    stream.quiet().await;
+    // And a new stream making the same claim is served the default group too.
+    let channel = pki.channel(&server, Some("attacker")).await.unwrap();
+    let mut again = Clusters::open_in(channel, "attacker", "envoy-1").await.unwrap();
+    assert_eq!(again.next("attacker").await.unwrap(), ["c1"]);
 }
 
 // ---- trust boundaries (issue 11) ----

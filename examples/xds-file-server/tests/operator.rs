@@ -134,13 +134,14 @@ async fn config_dump_never_shows_a_private_key() {
     let path = dir.join("config.yaml");
     std::fs::write(
         &path,
-        "resources:\n  - \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\n    name: key\n    tls_certificate: { private_key: { inline_string: PRIVATE-KEY-TEXT } }\n",
+        "resources:\n  - \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\n    name: key\n    tls_certificate: { private_key: { inline_string: PRIVATE-KEY-TEXT } }\n  - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n    name: tls-backend\n    connect_timeout: 1s\n    transport_socket:\n      name: envoy.transport_sockets.tls\n      typed_config:\n        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n        common_tls_context:\n          tls_certificates:\n            - certificate_chain: { inline_string: CERTIFICATE-TEXT }\n              private_key: { inline_string: CLUSTER-KEY-TEXT }\n",
     )
     .unwrap();
     let server = Running::start(&path, &[]).await;
     let (code, body) = server.get("/config_dump?node=envoy-1").await.unwrap();
     assert_eq!(code, 200, "{body}");
-    assert!(!body.contains("PRIVATE-KEY-TEXT"), "{body}");
+    assert!(!body.contains("PRIVATE-KEY-TEXT") && !body.contains("CLUSTER-KEY-TEXT"), "{body}");
+    assert!(body.contains("CERTIFICATE-TEXT"), "certificates are public: {body}");
     let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(dump["resources"]["secret"][0]["name"], "key");
     assert_eq!(dump["resources"]["secret"][0]["redacted"], true);

@@ -172,7 +172,8 @@ impl Format {
 fn is_header_name(value: &str) -> bool {
     let token = value.strip_prefix(':').unwrap_or(value);
     !token.is_empty()
-        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_|~`".contains(&b))
+        // PGV's pattern has the range `+-.`, which takes in `,` too: Envoy accepts it.
+        && token.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+,-.^_|~`".contains(&b))
 }
 
 /// RFC 1123 host name, as PGV checks it: at most 253 bytes (without a trailing dot), labels of

@@ -288,36 +288,45 @@ impl<P: Protocol> Driver<P> {
             return Err(status);
         }
         self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
+        // A type the stream has not used yet: authorize it and start watching it first, with no
+        // lock held (a policy or a cache may call back into the server, `status()` included).
+        // Only this stream's task inserts into `subs`, so the type is still new afterwards.
+        let known = lock(&self.subs.0).contains_key(&type_url);
+        let new_slot = if known {
+            None
+        } else {
+            let node = self.guard.node().unwrap_or(&ANONYMOUS);
+            // The authorization point, once per type the stream subscribes to: the node and the
+            // type together decide (a Secret needs a certificate, say).
+            self.shared
+                .authorize(
+                    &self.peer,
+                    Entry::Stream,
+                    Access::Resources { node, type_url: &type_url },
+                )
+                .map_err(|r| Status::permission_denied(r.0))?;
+            let watch = self
+                .shared
+                .cache
+                .watch(
+                    WatchRequest { node, type_url: &type_url, variant: P::VARIANT },
+                    self.signal.clone(),
+                )
+                .map_err(|e| crate::server::cache_status(&e))?;
+            self.shared.metrics.stream_opened(P::LABEL, self.shared.label(&type_url));
+            Some(Slot {
+                sub: P::new_sub(type_url.traits()),
+                watch,
+                sent_at: None,
+                refreshed_at: Instant::now(),
+            })
+        };
         let mut subs = lock(&self.subs.0);
-        let slot = match subs.entry(type_url.clone()) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                let node = self.guard.node().unwrap_or(&ANONYMOUS);
-                // The authorization point, once per type the stream subscribes to: the node and
-                // the type together decide (a Secret needs a certificate, say).
-                self.shared
-                    .authorize(
-                        &self.peer,
-                        Entry::Stream,
-                        Access::Resources { node, type_url: &type_url },
-                    )
-                    .map_err(|r| Status::permission_denied(r.0))?;
-                let watch = self
-                    .shared
-                    .cache
-                    .watch(
-                        WatchRequest { node, type_url: &type_url, variant: P::VARIANT },
-                        self.signal.clone(),
-                    )
-                    .map_err(|e| crate::server::cache_status(&e))?;
-                self.shared.metrics.stream_opened(P::LABEL, self.shared.label(&type_url));
-                v.insert(Slot {
-                    sub: P::new_sub(type_url.traits()),
-                    watch,
-                    sent_at: None,
-                    refreshed_at: Instant::now(),
-                })
-            }
+        let slot = match (subs.entry(type_url.clone()), new_slot) {
+            (std::collections::btree_map::Entry::Occupied(o), _) => o.into_mut(),
+            (std::collections::btree_map::Entry::Vacant(v), Some(slot)) => v.insert(slot),
+            // Unreachable: `known` was false, so a slot was made.
+            (std::collections::btree_map::Entry::Vacant(_), None) => return Ok(()),
         };
         let handled = P::handle(&mut slot.sub, request);
         let mut status = lock(&self.status);
@@ -335,7 +344,7 @@ impl<P: Protocol> Driver<P> {
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
-                    ts.acked_version = Some(version.clone());
+                    ts.acked_version = Some(crate::status::bounded_owned(version));
                 } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
                     ts.acked_version = ts.sent_version.clone();
                 }
