@@ -181,6 +181,19 @@ impl Pki {
         Pki { dir, ca: ca_pem }
     }
 
+    /// Starts the server with mTLS and `--verify-node-id` on a config of cluster `c1` for
+    /// everyone, in a fresh directory named `name`: the config's path and the server.
+    async fn serve(&self, name: &str) -> (PathBuf, Running) {
+        let path = temp_dir(name).join("config.yaml");
+        std::fs::write(&path, config_with(&["c1"])).unwrap();
+        let (cert, key, ca) =
+            (self.file("localhost.pem"), self.file("localhost.key"), self.file("ca.pem"));
+        let flags =
+            ["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"];
+        let server = Running::start(&path, &flags).await;
+        (path, server)
+    }
+
     fn file(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -207,16 +220,7 @@ impl Pki {
 #[tokio::test]
 async fn mtls_serves_a_client_only_as_the_node_its_certificate_names() {
     let pki = Pki::new(&["envoy-1"]);
-    let dir = temp_dir("mtls");
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, config_with(&["c1"])).unwrap();
-    let (cert, key, ca) =
-        (pki.file("localhost.pem"), pki.file("localhost.key"), pki.file("ca.pem"));
-    let server = Running::start(
-        &path,
-        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"],
-    )
-    .await;
+    let (_, server) = pki.serve("mtls").await;
 
     let channel = pki.channel(&server, Some("envoy-1")).await.expect("a good client connects");
     let mut served = Clusters::open(channel, "envoy-1").await.unwrap();
@@ -248,16 +252,8 @@ async fn mtls_serves_a_client_only_as_the_node_its_certificate_names() {
 #[tokio::test]
 async fn a_verified_node_never_reaches_a_group_its_cluster_names_even_one_added_later() {
     let pki = Pki::new(&["attacker"]);
-    let dir = temp_dir("regroup-claim");
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, config_with(&["c1"])).unwrap();
-    let (cert, key, ca) =
-        (pki.file("localhost.pem"), pki.file("localhost.key"), pki.file("ca.pem"));
-    let server = Running::start(
-        &path,
-        &["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"],
-    )
-    .await;
+    let (path, server) = pki.serve("regroup-claim").await;
+    let dir = path.parent().unwrap().to_owned();
     let channel = pki.channel(&server, Some("attacker")).await.expect("a verified client");
     let mut stream = Clusters::open_in(channel, "attacker", "envoy-1").await.unwrap();
     assert_eq!(stream.next("attacker").await.unwrap(), ["c1"]);
