@@ -4,3 +4,20 @@
 //! - `linear-endpoints` (a binary): a programmatic control plane over a `LinearCache`.
 
 pub mod inventory;
+
+/// Serves `routes` on 127.0.0.1:18000 until Ctrl-C: what every example here does once its cache
+/// is set up.
+///
+/// # Errors
+///
+/// The transport's error when the port cannot be bound or serving fails.
+pub async fn serve_until_ctrl_c(
+    routes: tonic::service::Routes,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_routes(routes)
+        .serve_with_shutdown(std::net::SocketAddr::from(([127, 0, 0, 1], 18000)), async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}

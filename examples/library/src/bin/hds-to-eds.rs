@@ -95,11 +95,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     println!("hds-to-eds: xDS and HDS on 127.0.0.1:18000");
-    tonic::transport::Server::builder()
-        .add_routes(server.routes())
-        .serve_with_shutdown("127.0.0.1:18000".parse()?, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    xds_examples::serve_until_ctrl_c(server.routes()).await?;
     Ok(())
 }
