@@ -74,7 +74,8 @@ impl XdsServer {
     ///
     /// Node matchers are ORed, as the CSDS protocol says; an empty list selects every node.
     /// `node_id` takes `exact`, `prefix`, `suffix`, `contains` (with `ignore_case`) and
-    /// `safe_regex` (a full match, RE2-like syntax). `node_metadatas` and custom matchers are
+    /// `safe_regex` (a full match, RE2-like syntax, at most 1 KiB of pattern and 256 KiB compiled).
+    /// At most 16 matchers (`INVALID_ARGUMENT` beyond). `node_metadatas` and custom matchers are
     /// refused with `UNIMPLEMENTED` rather than ignored, so a filter is never silently widened.
     ///
     /// The request's `node` field names the *requester* (a debugging tool, say), not the
@@ -144,7 +145,20 @@ impl IdMatcher {
             Some(MatchPattern::Contains(s)) => IdMatcher::Contains(fold(s), m.ignore_case),
             Some(MatchPattern::SafeRegex(r)) => {
                 // Envoy's safe_regex must match the whole id.
-                let regex = regex::Regex::new(&format!("^(?:{})$", r.regex))
+                // A regex is compiled per request, so its cost is bounded like everything else a
+                // peer sends: the pattern's length and its compiled size (Envoy's RE2 likewise
+                // refuses programs past `re2.max_program_size`). Without the bound, one request of
+                // a few hundred `(\w{100}){2}` matchers held a worker for minutes.
+                if r.regex.len() > MAX_REGEX_BYTES {
+                    return Err(MatcherError::Invalid {
+                        index,
+                        message: format!("safe_regex is longer than {MAX_REGEX_BYTES} bytes"),
+                    });
+                }
+                let regex = regex::RegexBuilder::new(&format!("^(?:{})$", r.regex))
+                    .size_limit(MAX_REGEX_COMPILED_BYTES)
+                    .dfa_size_limit(MAX_REGEX_COMPILED_BYTES)
+                    .build()
                     .map_err(|e| MatcherError::Invalid { index, message: e.to_string() })?;
                 IdMatcher::Regex(regex)
             }
@@ -169,12 +183,29 @@ impl IdMatcher {
     }
 }
 
+/// The most node matchers one request may carry (`InvalidArgument` beyond): a filter names a
+/// few nodes or patterns, and each matcher is compiled and run against every stream.
+pub(crate) const MAX_NODE_MATCHERS: usize = 16;
+/// The longest `safe_regex` pattern accepted.
+const MAX_REGEX_BYTES: usize = 1024;
+/// The compiled size one `safe_regex` may reach (the regex crate's default is 10 MiB).
+const MAX_REGEX_COMPILED_BYTES: usize = 256 * 1024;
+
 /// The node matchers of one request, ORed; none selects every node.
 #[derive(Debug)]
 struct NodeMatchers(Vec<IdMatcher>);
 
 impl NodeMatchers {
     fn new(matchers: &[NodeMatcher]) -> Result<Self, MatcherError> {
+        if matchers.len() > MAX_NODE_MATCHERS {
+            return Err(MatcherError::Invalid {
+                index: MAX_NODE_MATCHERS,
+                message: format!(
+                    "at most {MAX_NODE_MATCHERS} node matchers, this request has {}",
+                    matchers.len()
+                ),
+            });
+        }
         matchers
             .iter()
             .enumerate()
@@ -610,5 +641,30 @@ mod tests {
             node_metadatas: vec![],
         };
         assert!(NodeMatchers::new(&[empty]).is_err());
+    }
+
+    #[test]
+    fn matcher_count_and_regex_cost_are_bounded() {
+        let regex = |r: &str| {
+            id_matcher(
+                MatchPattern::SafeRegex(RegexMatcher { regex: r.into(), engine_type: None }),
+                false,
+            )
+        };
+        // One more matcher than allowed is refused before anything is compiled.
+        let many = vec![regex("node-.*"); MAX_NODE_MATCHERS + 1];
+        let e = NodeMatchers::new(&many).unwrap_err();
+        assert!(e.to_string().contains("at most 16 node matchers, this request has 17"), "{e}");
+        assert!(NodeMatchers::new(&many[..MAX_NODE_MATCHERS]).is_ok());
+        // A pattern whose compiled program is large (this one is several MiB under the regex
+        // crate's default limit) is refused, as RE2's program size limit refuses it in Envoy.
+        let e = NodeMatchers::new(&[regex(r"(\w{100}){2}")]).unwrap_err();
+        assert!(e.to_string().contains("size limit"), "{e}");
+        let long = "a".repeat(MAX_REGEX_BYTES + 1);
+        let e = NodeMatchers::new(&[regex(&long)]).unwrap_err();
+        assert!(e.to_string().contains("longer than 1024 bytes"), "{e}");
+        // Everyday patterns still compile.
+        let ok = NodeMatchers::new(&[regex(r"sidecar~10\.0\.\d+\.\d+~.*")]).unwrap();
+        assert!(ok.matches(&node("sidecar~10.0.3.4~pod.ns~ns.svc.cluster.local")));
     }
 }
