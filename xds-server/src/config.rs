@@ -12,7 +12,8 @@ pub struct Limits {
     pub max_request_bytes: usize,
     /// The most resource names one request may carry (`InvalidArgument` beyond; default 65,536).
     pub max_names_per_request: usize,
-    /// The most streams open at once across the server (`ResourceExhausted` beyond; default
+    /// The most streams open at once across the server, REST and unary fetches included (a held
+    /// long poll costs what a stream does) (`ResourceExhausted`, or HTTP 429, beyond; default
     /// 100,000).
     pub max_streams: usize,
     /// Requests per second one stream may send on average (`ResourceExhausted` beyond; default

@@ -1,6 +1,7 @@
 //! One-shot fetches (REST-JSON and the unary `Fetch*` RPCs), with long poll (rule R2).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 use xds_cache::{CacheError, Signal, Variant, WatchRequest};
@@ -19,6 +20,12 @@ pub(crate) enum FetchError {
     /// The cache refused it.
     #[error(transparent)]
     Cache(CacheError),
+    /// As many streams and fetches as `Limits::max_streams` allows are open.
+    #[error("too many streams: the server serves at most {max} streams and fetches at once")]
+    TooMany {
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl From<FetchError> for tonic::Status {
@@ -26,6 +33,7 @@ impl From<FetchError> for tonic::Status {
         match e {
             FetchError::Refused(r) => tonic::Status::permission_denied(r.0),
             FetchError::Cache(e) => cache_status(&e),
+            FetchError::TooMany { .. } => tonic::Status::resource_exhausted(e.to_string()),
         }
     }
 }
@@ -51,6 +59,7 @@ pub(crate) async fn fetch(
     names: &[String],
     version: &str,
 ) -> Result<Fetched, FetchError> {
+    let _admitted = Admission::new(shared)?;
     shared
         .authorize(peer, entry, Access::Resources { node, type_url })
         .map_err(FetchError::Refused)?;
@@ -95,4 +104,27 @@ pub(crate) async fn fetch(
     }
     shared.callbacks.on_fetch_response(node, type_url, None);
     Ok(Fetched::NotModified)
+}
+
+/// A fetch counted against `Limits::max_streams` while it runs: a long poll held for the fetch
+/// timeout costs a task and a connection as a stream does, so one bound covers both and a flood
+/// of long polls cannot outgrow it.
+struct Admission<'a>(&'a Shared);
+
+impl<'a> Admission<'a> {
+    fn new(shared: &'a Shared) -> Result<Self, FetchError> {
+        let admitted = Admission(shared);
+        let max = shared.config.limits.max_streams;
+        if shared.open.fetch_add(1, Ordering::SeqCst) + 1 > max {
+            shared.metrics.refused("max_streams");
+            return Err(FetchError::TooMany { max });
+        }
+        Ok(admitted)
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }

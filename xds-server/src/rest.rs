@@ -49,6 +49,7 @@ impl XdsServer {
     /// | 404 | any other path: other types, `/v2/...`, and ADS and delta, which have no REST form (rule R1) |
     /// | 405 | a method other than `POST` |
     /// | 413 | a body larger than `max_request_bytes` |
+    /// | 429 | `max_streams` streams and fetches are open (a held long poll counts as one) |
     /// | 501 | the cache does not serve the type over fetch; an unsupported CSDS node matcher |
     /// | 503 | the server is shutting down |
     ///
@@ -129,6 +130,8 @@ enum RestError {
     ClientStatus(tonic::Status),
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("too many streams: the server serves at most {max} streams and fetches at once")]
+    TooMany { max: usize },
     #[error("cannot write the response as JSON: {0}")]
     Render(JsonError),
 }
@@ -154,6 +157,8 @@ impl RestError {
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             },
             RestError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            // gRPC's RESOURCE_EXHAUSTED, as the HTTP mapping of gRPC statuses gives it.
+            RestError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             RestError::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -286,6 +291,7 @@ async fn discover(
     match fetched.map_err(|e| match e {
         FetchError::Refused(r) => RestError::Refused(r),
         FetchError::Cache(e) => RestError::Cache(e),
+        FetchError::TooMany { max } => RestError::TooMany { max },
     })? {
         Fetched::NotModified => Ok(None),
         Fetched::Current { version, resources } => {

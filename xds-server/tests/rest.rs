@@ -213,3 +213,36 @@ async fn r3_bad_requests_do_not_disturb_a_concurrent_long_poll() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["versionInfo"], cluster_version(&cache));
 }
+
+#[tokio::test]
+async fn held_long_polls_count_against_max_streams() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot(NODE, snapshot(&["a"]));
+    let mut config = config(Duration::from_secs(20));
+    config.limits.max_streams = 2;
+    let addr = serve(&cache, config).await;
+    let current = cluster_version(&cache);
+
+    let polls: Vec<_> = (0..2)
+        .map(|_| {
+            let body = fetch_body(&current);
+            tokio::spawn(async move { post(addr, "/v3/discovery:clusters", &body).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(polls.iter().all(|p| !p.is_finished()), "both polls are held");
+
+    // A third fetch, even one that would be answered at once, is over the bound.
+    let reply = post(addr, "/v3/discovery:clusters", &fetch_body("old")).await;
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    assert!(reply.body.contains("at most 2 streams and fetches"), "{}", reply.body);
+
+    // The held polls end with the change; their admissions go with them.
+    cache.set_snapshot(NODE, snapshot(&["a", "b"]));
+    for poll in polls {
+        let reply = tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let reply = post(addr, "/v3/discovery:clusters", &fetch_body("old")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
