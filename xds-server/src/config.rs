@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use xds_proto::CustomType;
+use xds_proto::pb::envoy::config::core::v3::Node;
 
 /// Limits that keep one client from hurting the server or other clients. Each limit hit ends
 /// only the offending stream or request, with a status that names the limit.
@@ -22,6 +23,37 @@ pub struct Limits {
     /// Requests one stream may send in a burst above the average (default 1,000: a proxy
     /// subscribing to many types at start-up stays well inside).
     pub request_burst: u32,
+    /// The longest node id, and the longest node cluster, accepted in bytes (`InvalidArgument`
+    /// beyond; default 4 KiB). A node is kept for the stream's life and shown in status, CSDS and
+    /// logs, so what a peer puts there is bounded like everything else it sends.
+    pub max_node_id_bytes: usize,
+    /// The largest `Node` accepted, encoded, in bytes: metadata, locality, extensions and all
+    /// (`InvalidArgument` beyond; default 64 KiB, well above what Envoy or Istio send).
+    pub max_node_bytes: usize,
+}
+
+impl Limits {
+    /// Checks a client's node against `max_node_id_bytes` and `max_node_bytes`; the error names
+    /// the field and the limit.
+    pub fn check_node(&self, node: &Node) -> Result<(), String> {
+        for (field, value) in [("id", &node.id), ("cluster", &node.cluster)] {
+            if value.len() > self.max_node_id_bytes {
+                return Err(format!(
+                    "node.{field} is {} bytes, more than the limit of {}",
+                    value.len(),
+                    self.max_node_id_bytes
+                ));
+            }
+        }
+        let size = prost::Message::encoded_len(node);
+        if size > self.max_node_bytes {
+            return Err(format!(
+                "the node is {size} bytes encoded, more than the limit of {}",
+                self.max_node_bytes
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Limits {
@@ -32,6 +64,8 @@ impl Default for Limits {
             max_streams: 100_000,
             max_requests_per_second: 100,
             request_burst: 1_000,
+            max_node_id_bytes: 4 << 10,
+            max_node_bytes: 64 << 10,
         }
     }
 }

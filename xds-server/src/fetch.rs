@@ -20,6 +20,9 @@ pub(crate) enum FetchError {
     /// The cache refused it.
     #[error(transparent)]
     Cache(CacheError),
+    /// The request is malformed (its node is over a limit, say).
+    #[error("{0}")]
+    Invalid(String),
     /// As many streams and fetches as `Limits::max_streams` allows are open.
     #[error("too many streams: the server serves at most {max} streams and fetches at once")]
     TooMany {
@@ -33,6 +36,7 @@ impl From<FetchError> for tonic::Status {
         match e {
             FetchError::Refused(r) => tonic::Status::permission_denied(r.0),
             FetchError::Cache(e) => cache_status(&e),
+            FetchError::Invalid(m) => tonic::Status::invalid_argument(m),
             FetchError::TooMany { .. } => tonic::Status::resource_exhausted(e.to_string()),
         }
     }
@@ -59,6 +63,7 @@ pub(crate) async fn fetch(
     names: &[String],
     version: &str,
 ) -> Result<Fetched, FetchError> {
+    shared.config.limits.check_node(node).map_err(FetchError::Invalid)?;
     let _admitted = Admission::new(shared)?;
     shared
         .authorize(peer, entry, Access::Resources { node, type_url })

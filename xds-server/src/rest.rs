@@ -44,7 +44,7 @@ impl XdsServer {
     ///
     /// | status | when |
     /// |---|---|
-    /// | 400 | malformed JSON or an unknown field (the parse error names the field path); a `type_url` that contradicts the path; no `node` unless anonymous clients are allowed; more names than `max_names_per_request`; a type the cache does not serve (as gRPC's `InvalidArgument`: the request, not the server, is at fault) |
+    /// | 400 | malformed JSON or an unknown field (the parse error names the field path); a `type_url` that contradicts the path; no `node` unless anonymous clients are allowed; a node over `max_node_id_bytes` or `max_node_bytes`; more names than `max_names_per_request`; a type the cache does not serve (as gRPC's `InvalidArgument`: the request, not the server, is at fault) |
     /// | 403 | the authorization point (see [`crate::authz`]) or the cache refuses the node |
     /// | 404 | any other path: other types, `/v2/...`, and ADS and delta, which have no REST form (rule R1) |
     /// | 405 | a method other than `POST` |
@@ -116,6 +116,8 @@ enum RestError {
     TypeMismatch { got: String, want: TypeUrl },
     #[error("a discovery request must carry a node")]
     MissingNode,
+    #[error("{0}")]
+    Invalid(String),
     #[error("a request may name at most {max} resources, this one names {got}")]
     TooManyNames { max: usize, got: usize },
     #[error("the request body is larger than the limit of {max} bytes")]
@@ -143,6 +145,7 @@ impl RestError {
             | RestError::NotUtf8(_)
             | RestError::TypeMismatch { .. }
             | RestError::MissingNode
+            | RestError::Invalid(_)
             | RestError::TooManyNames { .. }
             | RestError::Body(_) => StatusCode::BAD_REQUEST,
             RestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -169,7 +172,8 @@ impl RestError {
             RestError::BadJson { .. }
             | RestError::NotUtf8(_)
             | RestError::TypeMismatch { .. }
-            | RestError::MissingNode => Some("invalid_request"),
+            | RestError::MissingNode
+            | RestError::Invalid(_) => Some("invalid_request"),
             RestError::TooManyNames { .. } => Some("max_names"),
             RestError::TooLarge { .. } => Some("max_request_bytes"),
             _ => None,
@@ -292,6 +296,7 @@ async fn discover(
         FetchError::Refused(r) => RestError::Refused(r),
         FetchError::Cache(e) => RestError::Cache(e),
         FetchError::TooMany { max } => RestError::TooMany { max },
+        FetchError::Invalid(m) => RestError::Invalid(m),
     })? {
         Fetched::NotModified => Ok(None),
         Fetched::Current { version, resources } => {

@@ -246,3 +246,26 @@ async fn held_long_polls_count_against_max_streams() {
     let reply = post(addr, "/v3/discovery:clusters", &fetch_body("old")).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
+
+#[tokio::test]
+async fn an_oversized_node_is_refused_naming_the_limit() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot(NODE, snapshot(&["a"]));
+    let addr = serve(&cache, ServerConfig::default()).await;
+
+    let id = "n".repeat(5_000);
+    let body = format!(r#"{{"node": {{"id": "{id}"}}}}"#);
+    let reply = post(addr, "/v3/discovery:clusters", &body).await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.body, "node.id is 5000 bytes, more than the limit of 4096");
+
+    let metadata = "v".repeat(70_000);
+    let body = format!(r#"{{"node": {{"id": "{NODE}", "metadata": {{"k": "{metadata}"}}}}}}"#);
+    let reply = post(addr, "/v3/discovery:clusters", &body).await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("more than the limit of 65536"), "{}", reply.body);
+
+    // A node of everyday size is served.
+    let reply = post(addr, "/v3/discovery:clusters", &fetch_body("")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
