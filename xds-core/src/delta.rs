@@ -1,129 +1,69 @@
-//! The incremental (delta) sub-stream state machine.
+//! The incremental (delta) variant: what a delta request means and how its responses look.
 
 use std::collections::BTreeMap;
 
-use crate::flow::Flow;
 use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
 use crate::nonce::Nonces;
-use crate::resource::{Resource, TypeTraits, View};
-use crate::subscription::{Subscription, WILDCARD};
-use crate::tracker::{Held, Removals, Tracker};
+use crate::resource::{Resource, View};
+use crate::subscription::WILDCARD;
+use crate::substream::{Delta, Protocol, SubStream};
+use crate::tracker::{Held, Removals};
 
-/// One type URL on one delta stream (`DeltaAggregatedResources` or a per-type `Delta*` RPC).
-///
-/// Call in this order, for as long as the stream lives:
-/// 1. [`handle_request`](Self::handle_request) for every request of this type; record what the
-///    returned [`Handled`] says (ACK, NACK, stale, subscription change).
-/// 2. [`poll_response`](Self::poll_response) after a request and whenever the resources of the type
-///    may have changed; send what it returns. `None` means nothing is owed now.
-///
-/// The sub-stream keeps, per subscribed name, the version the client holds, so it sends only what
-/// differs (rule D4), removals (D5) and does-not-exist answers (D6). It sends one response and waits
-/// for its ACK or NACK before computing the next, which then carries the newest state.
-#[derive(Clone, Debug)]
-pub struct DeltaSubStream<R> {
-    traits: TypeTraits,
-    subscription: Subscription,
-    tracker: Tracker<R>,
-    flow: Flow,
-    /// Whether a response was sent: a wildcard's first response is owed even when empty, so the
-    /// client knows it has everything.
-    responded: bool,
-}
+impl Protocol for Delta {
+    type Request = DeltaRequest;
+    type Response<R: Resource> = DeltaResponse<R>;
 
-impl<R: Resource> DeltaSubStream<R> {
-    /// A sub-stream for a type with these traits.
-    pub fn new(traits: TypeTraits) -> Self {
-        DeltaSubStream {
-            traits,
-            subscription: Subscription::default(),
-            tracker: Tracker::default(),
-            flow: Flow::default(),
-            responded: false,
-        }
-    }
-
-    /// Takes in one request (rules D1, D2, D3, D7, D8).
-    pub fn handle_request(&mut self, request: DeltaRequest) -> Handled {
-        let kind = self.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
+    fn handle<R: Resource>(sub: &mut SubStream<Self, R>, request: DeltaRequest) -> Handled {
+        let kind = sub.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
             for (name, version) in request.initial_resource_versions {
-                self.tracker.hold(name.as_str().into(), Held::Declared(version.into()));
+                sub.tracker.hold(name.as_str().into(), Held::Declared(version.into()));
                 declared_names.push(name);
             }
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
-        let change = self.subscription.apply_delta(
+        let change = sub.subscription.apply_delta(
             &request.subscribe,
             &request.unsubscribe,
             first,
-            self.traits.wildcard_capable,
+            sub.traits.wildcard_capable,
         );
         if change.added.iter().any(|name| name == WILDCARD) {
-            self.tracker.synced = None;
+            sub.tracker.synced = None;
         }
         for name in request.subscribe {
             // Rule D2: every subscribed name is (re)sent, even one the client may hold, except
             // what a reconnecting client declared it holds (rule D7).
-            let declared = first && self.tracker.held.contains_key(name.as_str());
-            if self.subscription.has_name(&name) && !declared {
-                self.tracker.forced.insert(name);
+            let declared = first && sub.tracker.held.contains_key(name.as_str());
+            if sub.subscription.has_name(&name) && !declared {
+                sub.tracker.forced.insert(name);
             }
         }
-        self.tracker.subscription_shrank(&change.removed, &self.subscription);
-        if !self.subscription.is_wildcard() {
+        sub.tracker.subscription_shrank(&change.removed, &sub.subscription);
+        if !sub.subscription.is_wildcard() {
             // Rule D7 is about what the client subscribes to: a declared name outside the
             // subscription is forgotten, as the client drops what it does not subscribe to.
             // Kept, a removal of it could be put off (rule O1) and the server would go on
             // believing the client holds it.
-            declared_names.retain(|name| !self.subscription.has_name(name));
-            self.tracker.subscription_shrank(&declared_names, &self.subscription);
+            declared_names.retain(|name| !sub.subscription.has_name(name));
+            sub.tracker.subscription_shrank(&declared_names, &sub.subscription);
         }
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }
 
-    /// The response owed to the client given the current `view`, if any.
-    #[must_use = "a returned response must be sent"]
-    pub fn poll_response<V: View<Resource = R> + ?Sized>(
-        &mut self,
+    fn respond<R: Resource, V: View<Resource = R> + ?Sized>(
+        sub: &mut SubStream<Self, R>,
         view: &V,
         nonces: &mut Nonces,
+        defer_removals: bool,
     ) -> Option<DeltaResponse<R>> {
-        self.poll(view, nonces, Removals::Send)
-    }
-
-    /// Like [`poll_response`](Self::poll_response), but resources the client holds that are gone
-    /// stay with it for now (rule O1: an ADS stream removes clusters and their endpoints only after
-    /// the listeners and routes that used them were updated). They are removed by a later
-    /// `poll_response`; [`has_deferred_removals`](Self::has_deferred_removals) tells when one is owed.
-    #[must_use = "a returned response must be sent"]
-    pub fn poll_response_deferring_removals<V: View<Resource = R> + ?Sized>(
-        &mut self,
-        view: &V,
-        nonces: &mut Nonces,
-    ) -> Option<DeltaResponse<R>> {
-        self.poll(view, nonces, Removals::Defer)
-    }
-
-    /// Whether removals were put off by [`poll_response_deferring_removals`](Self::poll_response_deferring_removals).
-    pub fn has_deferred_removals(&self) -> bool {
-        !self.tracker.deferred.is_empty()
-    }
-
-    fn poll<V: View<Resource = R> + ?Sized>(
-        &mut self,
-        view: &V,
-        nonces: &mut Nonces,
-        removals: Removals,
-    ) -> Option<DeltaResponse<R>> {
-        if !self.flow.ready() || !view.is_ready() {
-            return None;
-        }
-        let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
-        let first_wildcard = !self.responded && self.subscription.is_wildcard();
+        let removals = if defer_removals { Removals::Defer } else { Removals::Send };
+        let diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
+        // A wildcard's first response is owed even when empty: the client knows it has everything.
+        let first_wildcard = !sub.responded && sub.subscription.is_wildcard();
         if diff.is_empty() && !first_wildcard {
             return None;
         }
@@ -141,76 +81,30 @@ impl<R: Resource> DeltaSubStream<R> {
         }
         let mut removed_resources = diff.removed;
         removed_resources.sort();
-        self.responded = true;
         Some(DeltaResponse {
             system_version_info: view.version(),
-            nonce: self.flow.sent(nonces),
+            nonce: sub.flow.sent(nonces),
             resources: resources.into_values().collect(),
             removed_resources,
             heartbeat: false,
         })
     }
 
-    /// A heartbeat for the resources with a TTL that the client holds, if any and if no response
-    /// is in flight: each goes out without its body, at the version the client holds, so that the
-    /// client renews it. Call it when [`min_ttl`](Self::min_ttl) says one is due; the core keeps
-    /// no time.
-    #[must_use = "a returned response must be sent"]
-    pub fn poll_heartbeat(&mut self, nonces: &mut Nonces) -> Option<DeltaResponse<R>> {
-        if !self.flow.ready() {
-            return None;
-        }
-        let held = self.tracker.held_with_ttl();
-        if held.is_empty() {
-            return None;
-        }
+    fn heartbeat<R: Resource>(
+        _: &SubStream<Self, R>,
+        held: Vec<R>,
+        nonce: String,
+    ) -> DeltaResponse<R> {
         let resources = held
             .into_iter()
             .map(|resource| DeltaResource::Present { resource, aliases: Vec::new() });
-        Some(DeltaResponse {
+        DeltaResponse {
             system_version_info: String::new(),
-            nonce: self.flow.sent(nonces),
+            nonce,
             resources: resources.collect(),
             removed_resources: Vec::new(),
             heartbeat: true,
-        })
-    }
-
-    /// The shortest TTL of the resources the client holds: heartbeats are owed within it.
-    pub fn min_ttl(&self) -> Option<std::time::Duration> {
-        self.tracker.min_ttl()
-    }
-
-    /// Marks every subscribed name that `pred` accepts for resending (rule D10: after a client
-    /// receives a changed RouteConfiguration `rc`, resend its `rc/...` virtual hosts).
-    pub fn resend_where(&mut self, mut pred: impl FnMut(&str) -> bool) {
-        self.tracker.force_where(&self.subscription, &mut pred);
-    }
-
-    /// The subscription.
-    pub fn subscription(&self) -> &Subscription {
-        &self.subscription
-    }
-
-    /// The nonce of the latest response sent.
-    pub fn last_nonce(&self) -> Option<&str> {
-        self.flow.last_nonce.as_deref()
-    }
-
-    /// Whether a response is waiting for its ACK or NACK.
-    pub fn awaiting_ack(&self) -> bool {
-        self.flow.phase == crate::flow::Phase::InFlight
-    }
-
-    /// What the client holds, by subscribed name: `Some(version)`, or `None` when it was told the
-    /// name does not exist.
-    pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held_versions()
-    }
-
-    /// The traits of the sub-stream's type.
-    pub fn traits(&self) -> TypeTraits {
-        self.traits
+        }
     }
 }
 

@@ -1,8 +1,11 @@
-//! The xDS protocol, sans-IO: the state machines of SotW and delta sub-streams.
+//! The xDS protocol, sans-IO: the state machines of whole streams and of their sub-streams.
 //!
-//! A *sub-stream* is one type URL on one stream. This crate decides, for each, what a request
-//! means (ACK, NACK, stale, subscription change) and what response the client is owed given a
-//! [`View`] of the current resources. It does no I/O, spawns nothing, reads no clock and knows
+//! A *sub-stream* ([`SubStream`], SotW or delta by its [`Protocol`]) is one type URL on one
+//! stream. This crate decides, for each, what a request means (ACK, NACK, stale, subscription
+//! change) and what response the client is owed given a [`View`] of the current resources. A
+//! [`Stream`] is one gRPC stream: it checks requests (node, type, limits), orders its sub-streams'
+//! responses (rules O1, D10), keeps their TTL heartbeat timers and reports what happened as
+//! [`Event`]s. It does no I/O, spawns nothing, reads no clock and knows
 //! no wire format: the server converts `DiscoveryRequest`s into [`SotwRequest`]s, and
 //! [`SotwResponse`]s back into `DiscoveryResponse`s. It is generic over the resource handle
 //! ([`Resource`]), so responses carry the caller's shared handles, never copies.
@@ -48,15 +51,18 @@ mod resource;
 mod sotw;
 mod stream;
 mod subscription;
+mod substream;
 mod tracker;
 
-pub use delta::DeltaSubStream;
 pub use message::{
     DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwRequest,
     SotwResponse,
 };
 pub use nonce::Nonces;
 pub use resource::{Resource, TypeTraits, View};
-pub use sotw::SotwSubStream;
-pub use stream::{StreamError, StreamGuard};
+pub use stream::{
+    Admitted, Event, Outgoing, Stream, StreamConfig, StreamError, StreamGuard, TypeKey, TypeRole,
+    Views,
+};
 pub use subscription::{Subscription, WILDCARD, Wildcard};
+pub use substream::{Delta, DeltaSubStream, Protocol, Response, Sotw, SotwSubStream, SubStream};

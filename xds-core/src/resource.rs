@@ -5,8 +5,9 @@
 ///
 /// The core never looks inside a resource: it compares versions and hands the handle back in the
 /// responses it computes. Make the handle cheap to clone (an `Arc`), so that building a response
-/// copies pointers, not resources.
-pub trait Resource: Clone {
+/// copies pointers, not resources. It is `Send`, as a stream's state (and the responses it has
+/// computed) moves between the threads of whatever runtime drives it.
+pub trait Resource: Clone + Send {
     /// The resource's name.
     fn name(&self) -> &str;
     /// The resource's version: equal versions mean equal content (rules D4, S16).

@@ -295,6 +295,29 @@ impl TypeUrl {
     }
 }
 
+/// What a stream of the protocol core needs to know about a type: its traits, and its part in the
+/// ordering rules (O1, D10).
+impl xds_core::TypeKey for TypeUrl {
+    fn type_url(&self) -> &str {
+        self.as_str()
+    }
+
+    fn traits(&self) -> xds_core::TypeTraits {
+        TypeUrl::traits(self)
+    }
+
+    fn role(&self) -> xds_core::TypeRole {
+        match self.builtin() {
+            Some(ResourceType::Cluster | ResourceType::ClusterLoadAssignment) => {
+                xds_core::TypeRole::RemovedLast
+            }
+            Some(ResourceType::RouteConfiguration) => xds_core::TypeRole::RouteConfiguration,
+            Some(ResourceType::VirtualHost) => xds_core::TypeRole::VirtualHost,
+            _ => xds_core::TypeRole::Other,
+        }
+    }
+}
+
 impl From<ResourceType> for TypeUrl {
     fn from(t: ResourceType) -> Self {
         TypeUrl::Builtin(t)

@@ -32,8 +32,12 @@ pub struct Refusal(pub String);
 
 /// Observes (and may refuse) streams and requests. Every method has a no-op default.
 ///
-/// Callbacks run synchronously on the stream's task: keep them quick (count, log, record). Use
-/// a tower layer or interceptor for per-RPC auth, rate limits and metrics of your own.
+/// Stream callbacks run on the stream's task, in the order things happened, with no lock of the
+/// server held: a callback may call anything on the server, `status()` included. On a
+/// multi-thread runtime the ones reporting (`on_ack`, `on_nack`, `on_response`) run inside
+/// `tokio::task::block_in_place`, so one that blocks for a while holds up its own stream only,
+/// not the others. Keep them quick all the same (count, log, record). Use a tower layer or
+/// interceptor for per-RPC auth, rate limits and metrics of your own.
 pub trait Callbacks: Send + Sync + 'static {
     /// A stream opened. Refusing ends it with `PermissionDenied` before any request is read.
     fn on_stream_open(&self, stream: &StreamInfo) -> Result<(), Refusal> {

@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(crate) cache: Arc<dyn Cache>,
     pub(crate) config: ServerConfig,
     pub(crate) callbacks: Arc<dyn Callbacks>,
+    /// Whether the user set callbacks: streams then call them where blocking is allowed (see
+    /// [`Callbacks`]); the no-op default is called inline.
+    pub(crate) custom_callbacks: bool,
     pub(crate) authorizer: Arc<dyn Authorizer>,
     pub(crate) secrets: UnauthenticatedSecrets,
     pub(crate) status: Arc<StatusRegistry>,
@@ -134,6 +137,7 @@ pub struct XdsServerBuilder {
     cache: Arc<dyn Cache>,
     config: ServerConfig,
     callbacks: Arc<dyn Callbacks>,
+    custom_callbacks: bool,
     authorizer: Arc<dyn Authorizer>,
     secrets: UnauthenticatedSecrets,
     lrs: LoadReportingServer,
@@ -186,6 +190,7 @@ impl XdsServerBuilder {
     #[must_use]
     pub fn callbacks(mut self, callbacks: impl Callbacks) -> Self {
         self.callbacks = Arc::new(callbacks);
+        self.custom_callbacks = true;
         self
     }
 
@@ -215,6 +220,7 @@ impl XdsServerBuilder {
                 cache: self.cache,
                 config: self.config,
                 callbacks: self.callbacks,
+                custom_callbacks: self.custom_callbacks,
                 authorizer: self.authorizer,
                 secrets: self.secrets,
                 custom_labels,
@@ -242,6 +248,7 @@ impl XdsServer {
             cache: Arc::new(cache),
             config: ServerConfig::default(),
             callbacks: Arc::new(NoCallbacks),
+            custom_callbacks: false,
             authorizer: Arc::new(AllowAll),
             secrets: UnauthenticatedSecrets::default(),
             lrs: LoadReportingServer::new(),

@@ -80,6 +80,15 @@ impl DeltaWire {
             heartbeat: r.heartbeat,
         }
     }
+
+    /// The bytes of resource bodies carried (for metrics); none for a heartbeat.
+    pub fn body_bytes(&self) -> usize {
+        let present = self.resources.iter().filter_map(|e| match e {
+            DeltaResource::Present { resource, .. } if !self.heartbeat => Some(resource),
+            _ => None,
+        });
+        present.map(|r| r.value().len()).sum()
+    }
 }
 
 /// A response written in pieces: a head, `parts()` parts, a tail. The streaming body writes a

@@ -1,4 +1,5 @@
-//! A TTL heartbeat falling due while a response awaits its ACK must not spin the stream's loop.
+//! A TTL heartbeat falling due while a response awaits its ACK must not spin the stream's loop
+//! (rule S6: no spin).
 //! Alone in its test binary: it measures the CPU time of this whole process.
 #![allow(clippy::unwrap_used)]
 

@@ -1,8 +1,10 @@
-//! Drives one stream: reads requests, waits for cache signals, writes responses.
+//! Drives one stream: reads requests, waits for cache signals and timers, writes responses. Every
+//! protocol decision is the core's ([`xds_core::Stream`]); this is its I/O.
 //!
-//! The response stream *is* the loop: tonic polls it, and it polls the request stream and the
-//! stream's cache signal in turn. Nothing is spawned; a client that stops reading stops its own
-//! loop, and when it reads again it gets the newest state (the cache queues nothing for it).
+//! The response stream *is* the loop: tonic polls it, and it polls the request stream, the
+//! stream's cache signal and the core's timer in turn. Nothing is spawned; a client that stops
+//! reading stops its own loop, and when it reads again it gets the newest state (the cache queues
+//! nothing for it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
@@ -15,17 +17,17 @@ use tokio::time::sleep_until;
 use futures_util::Stream;
 use tonic::{Status, Streaming};
 use tracing::Instrument;
-use xds_cache::{Signal, Watch, WatchRequest};
-use xds_core::{Nonces, RequestKind, StreamGuard};
+use xds_cache::{DynView, Signal, Watch, WatchRequest};
+use xds_core::{self as proto, View};
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::{ResourceType, TypeUrl};
+use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
-use super::protocol::Protocol;
-use super::rate::TokenBucket;
+use super::protocol::{Protocol, fill_status};
+use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
-use crate::status::{Detail, NackStatus, StreamStatus, lock, now_ms};
+use crate::status::{Detail, StreamStatus, lock};
 
 /// The node of a client that sent none (when anonymous clients are allowed).
 static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
@@ -33,38 +35,36 @@ static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
 /// The response stream handed to tonic.
 pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
 
-struct Slot<P: Protocol> {
-    sub: P::Sub,
-    watch: Box<dyn Watch>,
-    /// When the response in flight was sent, for the ACK latency metric.
-    sent_at: Option<Instant>,
-    /// When the client last got a response of this type: TTLs run from there.
-    refreshed_at: Instant,
-}
+/// The core's stream for protocol `P`.
+type CoreStream<P> = proto::Stream<Node, TypeUrl, <P as Protocol>::Core, EncodedResource>;
 
-impl<P: Protocol> Slot<P> {
-    /// When a heartbeat is owed: half the shortest held TTL after the last response, so the
-    /// client renews well before anything expires.
-    ///
-    /// None while a response awaits its ACK: no response, heartbeats included, goes out before the
-    /// client answered the one in flight. A due time reported then would already be past and never
-    /// move on, and the stream's loop would wake for it again at once, spinning a core until the
-    /// client ACKs. The ACK wakes the loop, which asks again and sends the heartbeat then.
-    fn heartbeat_due(&self) -> Option<Instant> {
-        if P::awaiting_ack(&self.sub) {
-            return None;
+/// A stream's protocol state, readable by status queries. Behind a mutex (uncontended: only this
+/// stream and status queries take it) so that status pages read what each client holds when
+/// asked, rather than the stream copying it after every response. No user code runs under it.
+struct Shareable<P: Protocol>(Mutex<CoreStream<P>>);
+
+impl<P: Protocol> Detail for Shareable<P> {
+    fn fill(&self, status: &mut StreamStatus) {
+        for (t, sub) in lock(&self.0).sub_streams() {
+            fill_status(sub, status.types.entry(t.to_string()).or_default());
         }
-        P::min_ttl(&self.sub).map(|ttl| self.refreshed_at + ttl / 2)
     }
 }
 
-/// A stream's sub-streams, readable by status queries.
-struct Subs<P: Protocol>(Mutex<BTreeMap<TypeUrl, Slot<P>>>);
+/// The cache watches of a stream's types: the views its core reads.
+#[derive(Default)]
+struct Watches(BTreeMap<TypeUrl, Box<dyn Watch>>);
 
-impl<P: Protocol> Detail for Subs<P> {
-    fn fill(&self, status: &mut StreamStatus) {
-        for (t, slot) in lock(&self.0).iter() {
-            P::fill_status(&slot.sub, status.types.entry(t.to_string()).or_default());
+impl proto::Views<TypeUrl> for Watches {
+    type Resource = EncodedResource;
+
+    fn read(
+        &mut self,
+        type_url: &TypeUrl,
+        f: &mut dyn FnMut(&dyn View<Resource = EncodedResource>),
+    ) {
+        if let Some(watch) = self.0.get(type_url) {
+            watch.read(&mut |view: &DynView<'_>| f(view));
         }
     }
 }
@@ -74,32 +74,16 @@ struct Driver<P: Protocol> {
     info: StreamInfo,
     /// Who is on the other end, for the authorization point.
     peer: Peer,
-    /// The node, from the first request (rule S2).
-    guard: StreamGuard<Node>,
-    /// Whether the first request was accepted (node authorized).
-    started: bool,
-    /// The sub-streams, by type in make-before-break order. Behind a mutex (uncontended: only
-    /// this stream and status queries take it) so that status pages can read what each client
-    /// holds when asked, rather than the stream copying it after every response.
-    subs: Arc<Subs<P>>,
-    nonces: Nonces,
+    /// The node, once the first request was accepted (rule S2), for authorization and watches.
+    node: Option<Node>,
+    core: Arc<Shareable<P>>,
+    watches: Watches,
     signal: Arc<Signal>,
     requests: Streaming<P::Request>,
+    /// Responses to write: at most one per type per wake (the core keeps one in flight per type).
     outbox: VecDeque<P::Wire>,
-    rate: TokenBucket,
     status: Arc<Mutex<StreamStatus>>,
     done: bool,
-    /// What the callbacks are told, queued while the stream's locks are held and delivered once
-    /// they are released ([`emit`](Driver::emit)): a callback may then call anything on the
-    /// server, `status()` included, which takes those same locks.
-    events: Vec<Event>,
-}
-
-/// A callback owed, with what it is told.
-enum Event {
-    Ack { type_url: TypeUrl, version: String, nonce: String },
-    Nack { type_url: TypeUrl, version: String, nonce: String, error: xds_core::ErrorDetail },
-    Response { type_url: TypeUrl, version: String, nonce: String, resources: usize },
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -121,32 +105,34 @@ pub(crate) fn open<P: Protocol>(
             .peer_certs()
             .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect())),
     };
+    let limits = &shared.config.limits;
+    let config = proto::StreamConfig {
+        allow_anonymous: shared.config.allow_anonymous,
+        max_names_per_request: limits.max_names_per_request,
+        max_requests_per_second: limits.max_requests_per_second,
+        request_burst: limits.request_burst,
+    };
+    let now = Instant::now();
+    let core = match &info.type_url {
+        Some(t) => CoreStream::<P>::per_type(t, config, now),
+        None => CoreStream::<P>::aggregated(config, now),
+    };
     // From here on, dropping the driver undoes the admission.
     let status = shared.status.open(info.id, P::LABEL);
     let driver = Driver::<P> {
-        guard: match &info.type_url {
-            Some(t) => StreamGuard::per_type(t.as_str(), shared.config.allow_anonymous),
-            None => StreamGuard::aggregated(shared.config.allow_anonymous),
-        },
-        started: false,
-        subs: Arc::new(Subs(Mutex::new(BTreeMap::new()))),
-        nonces: Nonces::new(),
+        node: None,
+        core: Arc::new(Shareable(Mutex::new(core))),
+        watches: Watches::default(),
         signal: Arc::new(Signal::new()),
         requests: request.into_inner(),
         outbox: VecDeque::new(),
-        rate: TokenBucket::new(
-            shared.config.limits.max_requests_per_second,
-            shared.config.limits.request_burst,
-            Instant::now(),
-        ),
         status,
         done: false,
-        events: Vec::new(),
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
     };
-    let detail: Arc<dyn Detail> = driver.subs.clone();
+    let detail: Arc<dyn Detail> = driver.core.clone();
     driver.shared.status.attach(driver.info.id, Arc::downgrade(&detail));
     if open > driver.shared.config.limits.max_streams {
         driver.shared.metrics.refused("max_streams");
@@ -181,7 +167,7 @@ impl<P: Protocol> Driver<P> {
             if self.done {
                 return None;
             }
-            let heartbeat = lock(&self.subs.0).values().filter_map(Slot::heartbeat_due).min();
+            let timeout = lock(&self.core.0).poll_timeout();
             tokio::select! {
                 biased;
                 _ = self.shared.shutdown.cancelled() => {
@@ -206,29 +192,13 @@ impl<P: Protocol> Driver<P> {
                     }
                 },
                 _ = self.signal.raised() => {}
-                _ = sleep_until(heartbeat.unwrap_or_else(Instant::now).into()), if heartbeat.is_some() => {}
-            }
-            self.emit();
-            self.round();
-            self.emit();
-        }
-    }
-
-    /// Delivers the queued callbacks. Called with no lock held.
-    fn emit(&mut self) {
-        let callbacks = &self.shared.callbacks;
-        for event in self.events.drain(..) {
-            match event {
-                Event::Ack { type_url, version, nonce } => {
-                    callbacks.on_ack(&self.info, &type_url, &version, &nonce);
-                }
-                Event::Nack { type_url, version, nonce, error } => {
-                    callbacks.on_nack(&self.info, &type_url, &version, &nonce, &error);
-                }
-                Event::Response { type_url, version, nonce, resources } => {
-                    callbacks.on_response(&self.info, &type_url, &version, &nonce, resources);
+                // The core's timer (TTL heartbeats). It names no time while a response awaits its
+                // ACK, so a client that does not answer cannot make this loop spin.
+                _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
+                    lock(&self.core.0).handle_timeout(Instant::now());
                 }
             }
+            self.respond();
         }
     }
 
@@ -252,32 +222,16 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
+    /// One request: the core admits it, the server's policy (callbacks, authorization) may
+    /// refuse it, a new type gets its watch, and the core takes it in. No lock is held while
+    /// user code (callbacks, policy, cache) runs.
     fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
-        let limits = &self.shared.config.limits;
-        if !self.rate.take(Instant::now()) {
-            self.shared.metrics.refused("rate_limit");
-            return Err(Status::resource_exhausted(format!(
-                "too many requests: a stream may send {} per second (burst {})",
-                limits.max_requests_per_second, limits.request_burst
-            )));
-        }
         let names = P::names(&request).len();
-        if names > limits.max_names_per_request {
-            self.shared.metrics.refused("max_names");
-            return Err(Status::invalid_argument(format!(
-                "a request may name at most {} resources, this one names {names}",
-                limits.max_names_per_request
-            )));
-        }
         let (node, type_url) = P::header(&mut request);
-        let first = !self.started;
-        let type_url = match self.guard.check(node, &type_url) {
-            Ok(t) => self.shared.type_url(t),
-            Err(e) => {
-                self.shared.metrics.refused("invalid_request");
-                return Err(Status::invalid_argument(e.to_string()));
-            }
-        };
+        let admitted = lock(&self.core.0)
+            .admit(node, &type_url, names, Instant::now())
+            .map(|a| (self.shared.type_url(a.type_url), a.first));
+        let (type_url, first) = admitted.map_err(|e| self.refuse(&e))?;
         if first {
             self.start()?;
         }
@@ -288,99 +242,28 @@ impl<P: Protocol> Driver<P> {
             return Err(status);
         }
         self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
-        // A type the stream has not used yet: authorize it and start watching it first, with no
-        // lock held (a policy or a cache may call back into the server, `status()` included).
-        // Only this stream's task inserts into `subs`, so the type is still new afterwards.
-        let known = lock(&self.subs.0).contains_key(&type_url);
-        let new_slot = if known {
-            None
-        } else {
-            let node = self.guard.node().unwrap_or(&ANONYMOUS);
-            // The authorization point, once per type the stream subscribes to: the node and the
-            // type together decide (a Secret needs a certificate, say).
-            self.shared
-                .authorize(
-                    &self.peer,
-                    Entry::Stream,
-                    Access::Resources { node, type_url: &type_url },
-                )
-                .map_err(|r| Status::permission_denied(r.0))?;
-            let watch = self
-                .shared
-                .cache
-                .watch(
-                    WatchRequest { node, type_url: &type_url, variant: P::VARIANT },
-                    self.signal.clone(),
-                )
-                .map_err(|e| crate::server::cache_status(&e))?;
-            self.shared.metrics.stream_opened(P::LABEL, self.shared.label(&type_url));
-            Some(Slot {
-                sub: P::new_sub(type_url.traits()),
-                watch,
-                sent_at: None,
-                refreshed_at: Instant::now(),
-            })
-        };
-        let mut subs = lock(&self.subs.0);
-        let slot = match (subs.entry(type_url.clone()), new_slot) {
-            (std::collections::btree_map::Entry::Occupied(o), _) => o.into_mut(),
-            (std::collections::btree_map::Entry::Vacant(v), Some(slot)) => v.insert(slot),
-            // Unreachable: `known` was false, so a slot was made.
-            (std::collections::btree_map::Entry::Vacant(_), None) => return Ok(()),
-        };
-        let handled = P::handle(&mut slot.sub, request);
-        let mut status = lock(&self.status);
-        let ts = status.types.entry(type_url.to_string()).or_default();
-        ts.last_request_ms = now_ms();
-        match &handled.kind {
-            RequestKind::Ack { nonce, version } => {
-                let latency = slot.sent_at.take().map(|t| t.elapsed());
-                self.shared.metrics.ack(P::LABEL, self.shared.label(&type_url), latency);
-                self.events.push(Event::Ack {
-                    type_url: type_url.clone(),
-                    version: version.clone(),
-                    nonce: nonce.clone(),
-                });
-                ts.nack = None;
-                // A delta ACK carries no version: it accepts the response it names.
-                if !version.is_empty() {
-                    ts.acked_version = Some(crate::status::bounded_owned(version));
-                } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
-                    ts.acked_version = ts.sent_version.clone();
-                }
-            }
-            RequestKind::Nack { nonce, version, error } => {
-                slot.sent_at = None;
-                self.shared.metrics.nack(P::LABEL, self.shared.label(&type_url));
-                self.events.push(Event::Nack {
-                    type_url: type_url.clone(),
-                    version: version.clone(),
-                    nonce: nonce.clone(),
-                    error: error.clone(),
-                });
-                let nack =
-                    NackStatus::new(version.clone(), nonce.clone(), &error.message, now_ms());
-                tracing::info!(
-                    type_url = %type_url,
-                    version = %nack.version,
-                    error = %nack.error,
-                    error_bytes = nack.error_bytes,
-                    "NACK"
-                );
-                ts.nack = Some(nack);
-            }
-            RequestKind::Stale { .. } => {
-                self.shared.metrics.stale(P::LABEL, self.shared.label(&type_url))
-            }
-            RequestKind::Initial | RequestKind::Spontaneous => {}
+        if !self.watches.0.contains_key(&type_url) {
+            self.open_type(&type_url)?;
         }
+        lock(&self.core.0).handle_request(type_url, P::to_core(request), Instant::now());
         Ok(())
     }
 
-    /// The first request: remember the node (rule S2) and let the callbacks authorize it.
+    /// The status a request the core refused ends the stream with.
+    fn refuse(&self, error: &proto::StreamError) -> Status {
+        let (label, status): (_, fn(String) -> Status) = match error {
+            proto::StreamError::RateLimited { .. } => ("rate_limit", Status::resource_exhausted),
+            proto::StreamError::TooManyNames { .. } => ("max_names", Status::invalid_argument),
+            _ => ("invalid_request", Status::invalid_argument),
+        };
+        self.shared.metrics.refused(label);
+        status(error.to_string())
+    }
+
+    /// The first request: the node is known (rule S2); the callbacks may refuse it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = self.guard.node().unwrap_or(&ANONYMOUS);
-        if let Err(refusal) = self.shared.callbacks.on_node(&self.info, node) {
+        let node = lock(&self.core.0).node().cloned().unwrap_or_default();
+        if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
             self.shared.metrics.refused("callback");
             return Err(Status::permission_denied(refusal.0));
         }
@@ -391,93 +274,54 @@ impl<P: Protocol> Driver<P> {
         drop(status);
         tracing::Span::current().record("node", node.id.as_str());
         tracing::debug!(node = %node.id, "stream started");
-        self.started = true;
+        self.node = Some(node);
         Ok(())
     }
 
-    /// Asks every sub-stream what it owes, in make-before-break order (rule O1).
-    ///
-    /// On ADS, clusters and endpoints that are gone are removed only once every other type is
-    /// quiet (nothing owed, nothing waiting for an ACK): the listeners and routes that used them
-    /// have been updated first. Per-type streams have nothing to order against.
-    fn round(&mut self) {
-        let ads = self.info.type_url.is_none();
-        let all = self.subs.clone();
-        let mut subs = lock(&all.0);
-        let types: Vec<TypeUrl> = subs.keys().cloned().collect();
-        for t in &types {
-            self.poll(&mut subs, t, ads && defers_removals(t));
-        }
-        if ads {
-            let pending = types.iter().any(|t| P::has_deferred_removals(&subs[t].sub));
-            let quiet = types
-                .iter()
-                .filter(|t| !defers_removals(t))
-                .all(|t| !P::awaiting_ack(&subs[t].sub));
-            if pending && quiet {
-                for t in types.iter().filter(|t| defers_removals(t)) {
-                    self.poll(&mut subs, t, false);
-                }
-            }
-        }
+    /// A type the stream has not used yet: the authorization point (the node and the type
+    /// together decide: a Secret needs a certificate, say), then a watch of its resources.
+    fn open_type(&mut self, type_url: &TypeUrl) -> Result<(), Status> {
+        let node = self.node.as_ref().unwrap_or(&ANONYMOUS);
+        self.shared
+            .authorize(&self.peer, Entry::Stream, Access::Resources { node, type_url })
+            .map_err(|r| Status::permission_denied(r.0))?;
+        let watch = self
+            .shared
+            .cache
+            .watch(WatchRequest { node, type_url, variant: P::VARIANT }, self.signal.clone())
+            .map_err(|e| crate::server::cache_status(&e))?;
+        self.shared.metrics.stream_opened(P::LABEL, self.shared.label(type_url));
+        self.watches.0.insert(type_url.clone(), watch);
+        Ok(())
     }
 
-    fn poll(
-        &mut self,
-        subs: &mut BTreeMap<TypeUrl, Slot<P>>,
-        type_url: &TypeUrl,
-        defer_removals: bool,
-    ) {
-        let Some(slot) = subs.get_mut(type_url) else { return };
-        let cp = self.shared.config.control_plane_id.as_deref();
-        let nonces = &mut self.nonces;
-        let sub = &mut slot.sub;
-        let mut sent = None;
-        slot.watch.read(&mut |view| {
-            sent = P::poll(sub, view, nonces, defer_removals, type_url, cp);
-        });
+    /// Takes every response the core owes into the outbox, then reports what happened: status
+    /// and metrics, then the callbacks with no lock held (a callback may call anything on the
+    /// server, `status()` included).
+    fn respond(&mut self) {
         let now = Instant::now();
-        if sent.is_none() && slot.heartbeat_due().is_some_and(|due| due <= now) {
-            sent = P::heartbeat(&mut slot.sub, nonces, type_url, cp);
+        let cp = self.shared.config.control_plane_id.as_deref();
+        let mut core = lock(&self.core.0);
+        while let Some(out) = core.poll_response(&mut self.watches, now) {
+            let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp);
+            self.shared.metrics.response(P::LABEL, self.shared.label(&out.type_key), bytes);
+            self.outbox.push_back(wire);
         }
-        let Some(sent) = sent else { return };
-        slot.sent_at = Some(now);
-        slot.refreshed_at = now;
-        self.shared.metrics.response(P::LABEL, self.shared.label(type_url), sent.bytes);
-        self.events.push(Event::Response {
-            type_url: type_url.clone(),
-            version: sent.version.clone(),
-            nonce: sent.nonce.clone(),
-            resources: sent.resources,
-        });
-        {
-            let mut status = lock(&self.status);
-            let ts = status.types.entry(type_url.to_string()).or_default();
-            ts.sent_version = Some(sent.version.clone());
-            ts.sent_nonce = Some(sent.nonce.clone());
+        let events: Vec<_> = std::iter::from_fn(|| core.poll_event()).collect();
+        drop(core);
+        if events.is_empty() {
+            return;
         }
-        // Rule D10: a client that got a new RouteConfiguration drops its virtual hosts.
-        if type_url.builtin() == Some(ResourceType::RouteConfiguration)
-            && let Some(vhds) = subs.get_mut(&TypeUrl::from(ResourceType::VirtualHost))
-        {
-            for name in &sent.names {
-                P::resend_prefixed(&mut vhds.sub, &format!("{name}/"));
-            }
-        }
-        self.outbox.push_back(sent.wire);
+        record(&self.shared, P::LABEL, &self.status, &events);
+        deliver(&self.shared, &self.info, events);
     }
-}
-
-/// Types whose removals wait for the types that reference them (rule O1).
-fn defers_removals(t: &TypeUrl) -> bool {
-    matches!(t.builtin(), Some(ResourceType::Cluster | ResourceType::ClusterLoadAssignment))
 }
 
 impl<P: Protocol> Drop for Driver<P> {
     fn drop(&mut self) {
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);
-        for t in lock(&self.subs.0).keys() {
+        for t in self.watches.0.keys() {
             self.shared.metrics.stream_closed(P::LABEL, self.shared.label(t));
         }
         self.shared.callbacks.on_stream_closed(&self.info);

@@ -1,8 +1,9 @@
-//! The stream loop shared by ADS and the per-type services, SotW and delta.
+//! The stream loop shared by ADS and the per-type services, SotW and delta: the I/O around the
+//! core's [`xds_core::Stream`].
 
 mod driver;
 mod protocol;
-mod rate;
+mod report;
 
 pub(crate) use driver::ResponseStream;
 pub(crate) use driver::open;

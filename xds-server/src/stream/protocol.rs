@@ -1,12 +1,8 @@
-//! What differs between SotW and delta streams; everything else is shared by the driver.
+//! What differs between SotW and delta streams on the wire. The protocol itself (one sub-stream
+//! type for both variants, and the whole stream above them) is `xds_core`'s.
 
-use std::collections::BTreeMap;
-
-use xds_cache::{DynView, Variant};
-use xds_core::{
-    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, Handled, Nonces,
-    SotwRequest, SotwResponse, SotwSubStream, TypeTraits,
-};
+use xds_cache::Variant;
+use xds_core::{DeltaRequest, ErrorDetail, SotwRequest, SubStream};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use xds_proto::pb::google::rpc::Status as RpcStatus;
@@ -16,56 +12,28 @@ use crate::callbacks::XdsRequest;
 use crate::status::TypeStatus;
 use crate::wire::{DeltaWire, Framed, SotwWire};
 
-/// What the driver records about a response it sends.
-pub(crate) struct Sent<W> {
-    pub(crate) wire: W,
-    pub(crate) version: String,
-    pub(crate) nonce: String,
-    pub(crate) resources: usize,
-    pub(crate) bytes: usize,
-    /// Names of the RouteConfigurations carried (rule D10: their virtual hosts are resent);
-    /// empty for every other type, so responses of 10,000 clusters copy no names.
-    pub(crate) names: Vec<String>,
-}
-
-/// One protocol variant: its messages and its sub-stream state machine.
+/// One protocol variant as the server speaks it: its wire messages and the core variant.
 pub(crate) trait Protocol: Send + 'static {
     type Request: prost::Message + Default + Send + 'static;
     type Wire: Framed;
-    type Sub: Send + 'static;
+    type Core: xds_core::Protocol;
     const VARIANT: Variant;
     const LABEL: &'static str;
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub;
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::Request) -> (Option<Node>, String);
     /// The names a request carries (subscribed names for delta), for limits.
     fn names(request: &Self::Request) -> &[String];
     /// The request as callbacks see it.
     fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
-    fn handle(sub: &mut Self::Sub, request: Self::Request) -> Handled;
-    fn poll(
-        sub: &mut Self::Sub,
-        view: &DynView<'_>,
-        nonces: &mut Nonces,
-        defer_removals: bool,
+    /// The request as the core sees it.
+    fn to_core(request: Self::Request) -> <Self::Core as xds_core::Protocol>::Request;
+    /// The wire form of a core response, with the bytes of resource bodies it carries.
+    fn to_wire(
+        response: <Self::Core as xds_core::Protocol>::Response<EncodedResource>,
         type_url: &TypeUrl,
         control_plane: Option<&str>,
-    ) -> Option<Sent<Self::Wire>>;
-    /// A heartbeat renewing the resources with a TTL the client holds, if one can go now.
-    fn heartbeat(
-        sub: &mut Self::Sub,
-        nonces: &mut Nonces,
-        type_url: &TypeUrl,
-        control_plane: Option<&str>,
-    ) -> Option<Sent<Self::Wire>>;
-    /// The shortest TTL among what the client holds.
-    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration>;
-    fn awaiting_ack(sub: &Self::Sub) -> bool;
-    fn has_deferred_removals(sub: &Self::Sub) -> bool;
-    /// Rule D10: resend subscribed names under `prefix` (delta VHDS only).
-    fn resend_prefixed(sub: &mut Self::Sub, prefix: &str);
-    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus);
+    ) -> (Self::Wire, usize);
 }
 
 fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
@@ -78,16 +46,12 @@ pub(crate) struct Sotw;
 impl Protocol for Sotw {
     type Request = DiscoveryRequest;
     type Wire = SotwWire;
-    type Sub = SotwSubStream<EncodedResource>;
+    type Core = xds_core::Sotw;
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub {
-        SotwSubStream::new(traits)
-    }
-
-    fn header(request: &mut DiscoveryRequest) -> (Option<Node>, String) {
-        (request.node.take(), std::mem::take(&mut request.type_url))
+    fn header(r: &mut DiscoveryRequest) -> (Option<Node>, String) {
+        (r.node.take(), std::mem::take(&mut r.type_url))
     }
 
     fn names(request: &DiscoveryRequest) -> &[String] {
@@ -98,59 +62,23 @@ impl Protocol for Sotw {
         XdsRequest::Sotw(request)
     }
 
-    fn handle(sub: &mut Self::Sub, r: DiscoveryRequest) -> Handled {
-        sub.handle_request(SotwRequest {
+    fn to_core(r: DiscoveryRequest) -> SotwRequest {
+        SotwRequest {
             version_info: r.version_info,
             resource_names: r.resource_names,
             response_nonce: r.response_nonce,
             error_detail: error_detail(r.error_detail),
-        })
+        }
     }
 
-    fn poll(
-        sub: &mut Self::Sub,
-        view: &DynView<'_>,
-        nonces: &mut Nonces,
-        defer_removals: bool,
+    fn to_wire(
+        response: xds_core::SotwResponse<EncodedResource>,
         type_url: &TypeUrl,
-        control_plane: Option<&str>,
-    ) -> Option<Sent<SotwWire>> {
-        let response = if defer_removals {
-            sub.poll_response_deferring_removals(view, nonces)
-        } else {
-            sub.poll_response(view, nonces)
-        }?;
-        Some(sotw_sent(response, type_url, control_plane))
-    }
-
-    fn heartbeat(
-        sub: &mut Self::Sub,
-        nonces: &mut Nonces,
-        type_url: &TypeUrl,
-        control_plane: Option<&str>,
-    ) -> Option<Sent<SotwWire>> {
-        Some(sotw_sent(sub.poll_heartbeat(nonces)?, type_url, control_plane))
-    }
-
-    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration> {
-        sub.min_ttl()
-    }
-
-    fn awaiting_ack(sub: &Self::Sub) -> bool {
-        sub.awaiting_ack()
-    }
-
-    fn has_deferred_removals(sub: &Self::Sub) -> bool {
-        sub.has_deferred_removals()
-    }
-
-    fn resend_prefixed(_: &mut Self::Sub, _: &str) {}
-
-    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus) {
-        status.wildcard = sub.subscription().is_wildcard();
-        status.names = sub.subscription().names().iter().cloned().collect();
-        status.acked_version = sub.acked_version().map(str::to_owned);
-        status.resources = held(sub.held());
+        cp: Option<&str>,
+    ) -> (SotwWire, usize) {
+        let wire = SotwWire::new(type_url, response, cp);
+        let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
+        (wire, bytes)
     }
 }
 
@@ -160,16 +88,12 @@ pub(crate) struct Delta;
 impl Protocol for Delta {
     type Request = DeltaDiscoveryRequest;
     type Wire = DeltaWire;
-    type Sub = DeltaSubStream<EncodedResource>;
+    type Core = xds_core::Delta;
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub {
-        DeltaSubStream::new(traits)
-    }
-
-    fn header(request: &mut DeltaDiscoveryRequest) -> (Option<Node>, String) {
-        (request.node.take(), std::mem::take(&mut request.type_url))
+    fn header(r: &mut DeltaDiscoveryRequest) -> (Option<Node>, String) {
+        (r.node.take(), std::mem::take(&mut r.type_url))
     }
 
     fn names(request: &DeltaDiscoveryRequest) -> &[String] {
@@ -180,112 +104,36 @@ impl Protocol for Delta {
         XdsRequest::Delta(request)
     }
 
-    fn handle(sub: &mut Self::Sub, r: DeltaDiscoveryRequest) -> Handled {
-        sub.handle_request(DeltaRequest {
+    fn to_core(r: DeltaDiscoveryRequest) -> DeltaRequest {
+        DeltaRequest {
             subscribe: r.resource_names_subscribe,
             unsubscribe: r.resource_names_unsubscribe,
             initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
             response_nonce: r.response_nonce,
             error_detail: error_detail(r.error_detail),
-        })
+        }
     }
 
-    fn poll(
-        sub: &mut Self::Sub,
-        view: &DynView<'_>,
-        nonces: &mut Nonces,
-        defer_removals: bool,
+    fn to_wire(
+        response: xds_core::DeltaResponse<EncodedResource>,
         type_url: &TypeUrl,
-        control_plane: Option<&str>,
-    ) -> Option<Sent<DeltaWire>> {
-        let response = if defer_removals {
-            sub.poll_response_deferring_removals(view, nonces)
-        } else {
-            sub.poll_response(view, nonces)
-        }?;
-        Some(delta_sent(response, type_url, control_plane))
-    }
-
-    fn heartbeat(
-        sub: &mut Self::Sub,
-        nonces: &mut Nonces,
-        type_url: &TypeUrl,
-        control_plane: Option<&str>,
-    ) -> Option<Sent<DeltaWire>> {
-        Some(delta_sent(sub.poll_heartbeat(nonces)?, type_url, control_plane))
-    }
-
-    fn min_ttl(sub: &Self::Sub) -> Option<std::time::Duration> {
-        sub.min_ttl()
-    }
-
-    fn awaiting_ack(sub: &Self::Sub) -> bool {
-        sub.awaiting_ack()
-    }
-
-    fn has_deferred_removals(sub: &Self::Sub) -> bool {
-        sub.has_deferred_removals()
-    }
-
-    fn resend_prefixed(sub: &mut Self::Sub, prefix: &str) {
-        sub.resend_where(|name| name.starts_with(prefix));
-    }
-
-    fn fill_status(sub: &Self::Sub, status: &mut TypeStatus) {
-        status.wildcard = sub.subscription().is_wildcard();
-        status.names = sub.subscription().names().iter().cloned().collect();
-        status.resources = held(sub.held());
+        cp: Option<&str>,
+    ) -> (DeltaWire, usize) {
+        let wire = DeltaWire::new(type_url, response, cp);
+        let bytes = wire.body_bytes();
+        (wire, bytes)
     }
 }
 
-fn sotw_sent(
-    response: SotwResponse<EncodedResource>,
-    type_url: &TypeUrl,
-    cp: Option<&str>,
-) -> Sent<SotwWire> {
-    let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
-    let names = route_names(type_url, response.resources.iter().map(|r| r.name()));
-    let wire = SotwWire::new(type_url, response, cp);
-    let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
-    Sent { version, nonce, resources: wire.resources.len(), bytes, names, wire }
-}
-
-fn delta_sent(
-    response: DeltaResponse<EncodedResource>,
-    type_url: &TypeUrl,
-    cp: Option<&str>,
-) -> Sent<DeltaWire> {
-    let (version, nonce) = (response.system_version_info.clone(), response.nonce.clone());
-    let names = route_names(type_url, response.resources.iter().map(|e| e.name()));
-    let resources = response.resources.len();
-    let bytes = if response.heartbeat {
-        0
-    } else {
-        response
-            .resources
-            .iter()
-            .map(|e| match e {
-                DeltaResource::Present { resource, .. } => resource.value().len(),
-                DeltaResource::Absent { .. } => 0,
-            })
-            .sum()
-    };
-    let wire = DeltaWire::new(type_url, response, cp);
-    Sent { version, nonce, resources, bytes, names, wire }
-}
-
-/// The names a response carries, if it is of RouteConfigurations (the only type rule D10 needs
-/// them for).
-fn route_names<'a>(type_url: &TypeUrl, names: impl Iterator<Item = &'a str>) -> Vec<String> {
-    if type_url.builtin() == Some(xds_proto::ResourceType::RouteConfiguration) {
-        names.map(str::to_owned).collect()
-    } else {
-        Vec::new()
+/// What a status page shows of one sub-stream, SotW or delta alike.
+pub(crate) fn fill_status<P: xds_core::Protocol>(
+    sub: &SubStream<P, EncodedResource>,
+    status: &mut TypeStatus,
+) {
+    status.wildcard = sub.subscription().is_wildcard();
+    status.names = sub.subscription().names().iter().cloned().collect();
+    if let Some(acked) = sub.acked_version() {
+        status.acked_version = Some(crate::status::bounded_owned(acked));
     }
-}
-
-fn held<'a>(
-    it: impl Iterator<Item = (&'a str, Option<&'a str>)>,
-) -> BTreeMap<String, Option<String>> {
-    it.map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect()
+    status.resources = sub.held().map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
 }

@@ -10,6 +10,22 @@ pub enum StreamError {
     /// Rule S3: an aggregated (ADS) request without `type_url`.
     #[error("an aggregated (ADS) request must carry a type_url")]
     MissingTypeUrl,
+    /// A stream sent requests faster than its rate limit allows.
+    #[error("too many requests: a stream may send {rate} per second (burst {burst})")]
+    RateLimited {
+        /// Requests per second allowed on average.
+        rate: u32,
+        /// Requests allowed at once.
+        burst: u32,
+    },
+    /// A request named more resources than a request may.
+    #[error("a request may name at most {max} resources, this one names {got}")]
+    TooManyNames {
+        /// The limit.
+        max: usize,
+        /// How many the request named.
+        got: usize,
+    },
     /// Rule S3: a per-type request whose `type_url` is not the service's.
     #[error("type_url {got} does not match the service's type {expected}")]
     TypeUrlMismatch {
@@ -75,6 +91,16 @@ impl<N> StreamGuard<N> {
                 got: type_url.to_owned(),
             }),
         }
+    }
+
+    /// Whether a first request was accepted: the node is known.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// Whether the stream is aggregated (ADS): each request names its type.
+    pub fn is_aggregated(&self) -> bool {
+        self.service_type.is_none()
     }
 
     /// The node of the stream's first request (`None` before it, or for an anonymous client).

@@ -1,0 +1,442 @@
+//! The whole stream: every sub-stream of one gRPC stream, their order, their timers, and what
+//! happened on them.
+
+mod guard;
+mod rate;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+pub use guard::{StreamError, StreamGuard};
+
+use crate::message::{ErrorDetail, RequestKind};
+use crate::nonce::Nonces;
+use crate::resource::{Resource, TypeTraits, View};
+use crate::substream::{Protocol, Response, SubStream};
+use rate::TokenBucket;
+
+/// What the whole stream needs to know about a resource type. The server implements it for its
+/// type URLs; the core never parses one.
+///
+/// The order of keys is the make-before-break order (rule O1): a stream's responses go out in it.
+pub trait TypeKey: Ord + Clone + std::fmt::Debug {
+    /// The type URL, for a per-type stream's check of its requests (rule S3).
+    fn type_url(&self) -> &str;
+    /// How the protocol treats the type.
+    fn traits(&self) -> TypeTraits;
+    /// The type's part in the ordering rules.
+    fn role(&self) -> TypeRole;
+}
+
+/// A type's part in the rules that order one stream's types (O1, D10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TypeRole {
+    /// No ordering rule applies.
+    #[default]
+    Other,
+    /// Rule O1: removals wait until the types that refer to these were updated (Cluster,
+    /// ClusterLoadAssignment).
+    RemovedLast,
+    /// Rule D10: when one is sent, the client drops its virtual hosts (RouteConfiguration).
+    RouteConfiguration,
+    /// Rule D10: resent after their RouteConfiguration (VirtualHost).
+    VirtualHost,
+}
+
+/// The limits of one stream, and whether it may leave out its node.
+#[derive(Clone, Debug)]
+pub struct StreamConfig {
+    /// Rule S2: whether a first request may come without a node.
+    pub allow_anonymous: bool,
+    /// How many names one request may carry.
+    pub max_names_per_request: usize,
+    /// Requests per second a stream may send on average.
+    pub max_requests_per_second: u32,
+    /// Requests a stream may send at once.
+    pub request_burst: u32,
+}
+
+impl Default for StreamConfig {
+    /// No limits, and a node required.
+    fn default() -> Self {
+        StreamConfig {
+            allow_anonymous: false,
+            max_names_per_request: usize::MAX,
+            max_requests_per_second: u32::MAX,
+            request_burst: u32::MAX,
+        }
+    }
+}
+
+/// The current resources of each type a stream serves: the caller's watches.
+pub trait Views<K> {
+    /// The resource handle.
+    type Resource: Resource;
+    /// Lends the current view of `type_key` to `f` (not at all when there is none).
+    fn read(&mut self, type_key: &K, f: &mut dyn FnMut(&dyn View<Resource = Self::Resource>));
+}
+
+/// A request was accepted by [`Stream::admit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted<'a> {
+    /// The type the request is for (rule S3: implied on a per-type stream).
+    pub type_url: &'a str,
+    /// The stream's first request: the node is now known (rule S2).
+    pub first: bool,
+}
+
+/// A response to send, with its type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outgoing<K, T> {
+    /// The response's type.
+    pub type_key: K,
+    /// The response.
+    pub response: T,
+}
+
+/// What happened on a stream, for the caller to record and report (status, metrics, callbacks),
+/// in the order it happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event<K> {
+    /// A request was taken in; an `Ack`, `Nack` or `Stale` event follows if it answered a response.
+    Request {
+        /// The request's type.
+        type_key: K,
+        /// Names newly in the subscription (`*` for a wildcard entered).
+        subscribed: Vec<String>,
+        /// Names no longer in the subscription.
+        unsubscribed: Vec<String>,
+    },
+    /// The client accepted a response (rules S4, D1).
+    Ack {
+        /// The response's type.
+        type_key: K,
+        /// SotW: the version the client now holds. Delta: empty.
+        version: String,
+        /// The accepted response's nonce.
+        nonce: String,
+        /// How long the client took to answer, when the response was sent on this stream.
+        latency: Option<Duration>,
+    },
+    /// The client rejected a response (rules S5, D1).
+    Nack {
+        /// The response's type.
+        type_key: K,
+        /// SotW: the version the client keeps. Delta: empty.
+        version: String,
+        /// The rejected response's nonce.
+        nonce: String,
+        /// The client's reason.
+        error: ErrorDetail,
+    },
+    /// A request named a nonce other than the latest (rules S7, D1).
+    Stale {
+        /// The request's type.
+        type_key: K,
+    },
+    /// A response was handed out by [`poll_response`](Stream::poll_response).
+    Sent {
+        /// The response's type.
+        type_key: K,
+        /// Its version.
+        version: String,
+        /// Its nonce.
+        nonce: String,
+        /// How many resource entries it carries.
+        resources: usize,
+        /// Whether it is a TTL heartbeat.
+        heartbeat: bool,
+    },
+}
+
+/// One sub-stream and its clock.
+#[derive(Debug)]
+struct Slot<P, R> {
+    sub: SubStream<P, R>,
+    role: TypeRole,
+    /// When the response in flight was sent, for the ACK latency.
+    sent_at: Option<Instant>,
+    /// When the client last got a response of this type: TTLs run from there.
+    refreshed_at: Instant,
+    /// A heartbeat fell due ([`Stream::handle_timeout`]) and goes with the next poll.
+    heartbeat_owed: bool,
+}
+
+impl<P: Protocol, R: Resource> Slot<P, R> {
+    /// When a heartbeat falls due: half the shortest held TTL after the last response, so the
+    /// client renews well before anything expires.
+    ///
+    /// None while a response awaits its ACK (rule S4: one response in flight, heartbeats
+    /// included) and once one is owed: a due time then would be past and never move on, and a
+    /// caller sleeping until it would wake at once, again and again, until the client answered.
+    /// The ACK makes the time count again, and the heartbeat goes after it.
+    fn heartbeat_due(&self) -> Option<Instant> {
+        if self.sub.awaiting_ack() || self.heartbeat_owed {
+            return None;
+        }
+        self.refreshed_at.checked_add(self.sub.min_ttl()? / 2)
+    }
+}
+
+/// One gRPC stream (ADS or per-type, SotW or delta, by `P`): its node, its sub-streams, the order
+/// and timing of its responses, and the events the caller reports.
+///
+/// `N` is the node type, `K` the type key ([`TypeKey`]), `R` the resource handle. Time is always
+/// a parameter: the stream reads no clock.
+///
+/// Per request, in this order:
+/// 1. [`admit`](Self::admit): rate limit, size limit, node and type checks (rules S2, S3). An
+///    error ends the stream.
+/// 2. The caller resolves the type URL to a key and applies its own policy (authorization,
+///    callbacks that may refuse); for a type [`has_type`](Self::has_type) does not know, it
+///    starts watching that type's resources.
+/// 3. [`handle_request`](Self::handle_request).
+///
+/// After any of these, and whenever a watched view changed:
+/// - [`poll_response`](Self::poll_response) until it returns `None`; send each response in turn.
+/// - [`poll_event`](Self::poll_event) until `None`; report each (no lock needs to be held).
+/// - [`poll_timeout`](Self::poll_timeout): when to call [`handle_timeout`](Self::handle_timeout)
+///   (then poll again).
+///
+/// Responses: at most one per type is in flight; a type's next response is computed when the
+/// client has answered, from the newest view ("latest wins"). On an aggregated stream, removals
+/// of clusters and endpoints wait until every other type is quiet (rule O1), and a sent
+/// RouteConfiguration makes its virtual hosts owed again (rule D10).
+pub struct Stream<N, K, P: Protocol, R: Resource> {
+    guard: StreamGuard<N>,
+    rate: TokenBucket,
+    config: StreamConfig,
+    subs: BTreeMap<K, Slot<P, R>>,
+    nonces: Nonces,
+    /// Responses computed by the latest round, in order: at most one per type.
+    ready: VecDeque<Outgoing<K, P::Response<R>>>,
+    /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
+    /// call keeps it to what one call produced (a few per request, one per response).
+    events: VecDeque<Event<K>>,
+}
+
+impl<N, K: std::fmt::Debug, P: Protocol, R: Resource> std::fmt::Debug for Stream<N, K, P, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("aggregated", &self.guard.is_aggregated())
+            .field("types", &self.subs.keys().collect::<Vec<_>>())
+            .field("ready", &self.ready.len())
+            .field("events", &self.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
+    /// An aggregated (ADS) stream: every request names its type.
+    pub fn aggregated(config: StreamConfig, now: Instant) -> Self {
+        Self::with_guard(StreamGuard::aggregated(config.allow_anonymous), config, now)
+    }
+
+    /// A per-type stream (`StreamClusters`, `DeltaListeners`, ...) serving `type_key`.
+    pub fn per_type(type_key: &K, config: StreamConfig, now: Instant) -> Self {
+        let guard = StreamGuard::per_type(type_key.type_url(), config.allow_anonymous);
+        Self::with_guard(guard, config, now)
+    }
+
+    fn with_guard(guard: StreamGuard<N>, config: StreamConfig, now: Instant) -> Self {
+        Stream {
+            guard,
+            rate: TokenBucket::new(config.max_requests_per_second, config.request_burst, now),
+            config,
+            subs: BTreeMap::new(),
+            nonces: Nonces::new(),
+            ready: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Checks a request before anything else looks at it: the stream's rate limit, the number of
+    /// names (`names`), the node (rule S2) and the type URL (rule S3). Returns the type the request
+    /// is for. Changes nothing but the rate limit and, on the first request, the node.
+    pub fn admit<'a>(
+        &'a mut self,
+        node: Option<N>,
+        type_url: &'a str,
+        names: usize,
+        now: Instant,
+    ) -> Result<Admitted<'a>, StreamError> {
+        if !self.rate.take(now) {
+            return Err(StreamError::RateLimited {
+                rate: self.config.max_requests_per_second,
+                burst: self.config.request_burst,
+            });
+        }
+        if names > self.config.max_names_per_request {
+            return Err(StreamError::TooManyNames {
+                max: self.config.max_names_per_request,
+                got: names,
+            });
+        }
+        let first = !self.guard.is_started();
+        let type_url = self.guard.check(node, type_url)?;
+        Ok(Admitted { type_url, first })
+    }
+
+    /// Whether the stream has a sub-stream of this type.
+    pub fn has_type(&self, type_key: &K) -> bool {
+        self.subs.contains_key(type_key)
+    }
+
+    /// Takes in one admitted request of `type_key` (opening its sub-stream on first use) and
+    /// queues what it meant as events.
+    pub fn handle_request(&mut self, type_key: K, request: P::Request, now: Instant) {
+        let slot = self.subs.entry(type_key.clone()).or_insert_with(|| Slot {
+            sub: SubStream::new(type_key.traits()),
+            role: type_key.role(),
+            sent_at: None,
+            refreshed_at: now,
+            heartbeat_owed: false,
+        });
+        let handled = slot.sub.handle_request(request);
+        let answer = match handled.kind {
+            RequestKind::Ack { version, nonce } => {
+                let latency = slot.sent_at.take().map(|t| now.saturating_duration_since(t));
+                Some(Event::Ack { type_key: type_key.clone(), version, nonce, latency })
+            }
+            RequestKind::Nack { version, nonce, error } => {
+                slot.sent_at = None;
+                Some(Event::Nack { type_key: type_key.clone(), version, nonce, error })
+            }
+            RequestKind::Stale { .. } => Some(Event::Stale { type_key: type_key.clone() }),
+            RequestKind::Initial | RequestKind::Spontaneous => None,
+        };
+        self.events.push_back(Event::Request {
+            type_key,
+            subscribed: handled.subscribed,
+            unsubscribed: handled.unsubscribed,
+        });
+        self.events.extend(answer);
+    }
+
+    /// The next response to send, if any, given the current `views`.
+    ///
+    /// Each type answers in the [`TypeKey`] order, one response in flight per type. On an
+    /// aggregated stream, clusters and endpoints that are gone are removed only once every other
+    /// type is quiet (rule O1: nothing owed, nothing awaiting its ACK), so the listeners and
+    /// routes that used them were updated first. Per-type streams have nothing to order against.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_response<V: Views<K, Resource = R> + ?Sized>(
+        &mut self,
+        views: &mut V,
+        now: Instant,
+    ) -> Option<Outgoing<K, P::Response<R>>> {
+        if self.ready.is_empty() {
+            self.round(views, now);
+        }
+        self.ready.pop_front()
+    }
+
+    /// Asks every sub-stream what it owes, in order, and queues the responses.
+    fn round<V: Views<K, Resource = R> + ?Sized>(&mut self, views: &mut V, now: Instant) {
+        let ads = self.guard.is_aggregated();
+        let types: Vec<(K, TypeRole)> =
+            self.subs.iter().map(|(k, s)| (k.clone(), s.role)).collect();
+        for (t, role) in &types {
+            self.poll_one(views, t, ads && *role == TypeRole::RemovedLast, now);
+        }
+        if !ads {
+            return;
+        }
+        let pending = self.subs.values().any(|s| s.sub.has_deferred_removals());
+        let quiet = self
+            .subs
+            .values()
+            .filter(|s| s.role != TypeRole::RemovedLast)
+            .all(|s| !s.sub.awaiting_ack());
+        if pending && quiet {
+            for (t, _) in types.iter().filter(|(_, role)| *role == TypeRole::RemovedLast) {
+                self.poll_one(views, t, false, now);
+            }
+        }
+    }
+
+    fn poll_one<V: Views<K, Resource = R> + ?Sized>(
+        &mut self,
+        views: &mut V,
+        type_key: &K,
+        defer_removals: bool,
+        now: Instant,
+    ) {
+        let Some(slot) = self.subs.get_mut(type_key) else { return };
+        let nonces = &mut self.nonces;
+        let mut response = None;
+        views.read(type_key, &mut |view| {
+            response = if defer_removals {
+                slot.sub.poll_response_deferring_removals(view, nonces)
+            } else {
+                slot.sub.poll_response(view, nonces)
+            };
+        });
+        if response.is_none() && slot.heartbeat_owed {
+            response = slot.sub.poll_heartbeat(nonces);
+        }
+        let Some(response) = response else { return };
+        slot.sent_at = Some(now);
+        slot.refreshed_at = now;
+        slot.heartbeat_owed = false;
+        self.events.push_back(Event::Sent {
+            type_key: type_key.clone(),
+            version: response.version().to_owned(),
+            nonce: response.nonce().to_owned(),
+            resources: response.len(),
+            heartbeat: response.is_heartbeat(),
+        });
+        if slot.role == TypeRole::RouteConfiguration {
+            self.resend_virtual_hosts(&response);
+        }
+        self.ready.push_back(Outgoing { type_key: type_key.clone(), response });
+    }
+
+    /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its
+    /// `rc/...` virtual host subscriptions are owed again.
+    fn resend_virtual_hosts(&mut self, routes: &P::Response<R>) {
+        let Some(vhds) = self.subs.values_mut().find(|s| s.role == TypeRole::VirtualHost) else {
+            return;
+        };
+        routes.for_each_name(&mut |name| {
+            let prefix = format!("{name}/");
+            vhds.sub.resend_where(|alias| alias.starts_with(&prefix));
+        });
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next owed a call, if ever: the earliest
+    /// TTL heartbeat due on a sub-stream with no response in flight.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.subs.values().filter_map(Slot::heartbeat_due).min()
+    }
+
+    /// Time passed: every heartbeat due by `now` is owed, and goes with the next
+    /// [`poll_response`](Self::poll_response) (after nothing else of its type).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for slot in self.subs.values_mut() {
+            if slot.heartbeat_due().is_some_and(|due| due <= now) {
+                slot.heartbeat_owed = true;
+            }
+        }
+    }
+
+    /// The next thing that happened, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event<K>> {
+        self.events.pop_front()
+    }
+
+    /// The node of the stream's first request (`None` before it, or for an anonymous client).
+    pub fn node(&self) -> Option<&N> {
+        self.guard.node()
+    }
+
+    /// Whether the stream is aggregated (ADS).
+    pub fn is_aggregated(&self) -> bool {
+        self.guard.is_aggregated()
+    }
+
+    /// Every sub-stream, in order, for status pages.
+    pub fn sub_streams(&self) -> impl Iterator<Item = (&K, &SubStream<P, R>)> {
+        self.subs.iter().map(|(k, s)| (k, &s.sub))
+    }
+}

@@ -1,0 +1,366 @@
+//! The whole stream on a virtual clock: ordering across types, ACK gating, timers and events.
+//!
+//! Time is a value these tests move by hand; nothing sleeps.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use util::*;
+use xds_core::{
+    Delta, DeltaResponse, Event, Outgoing, Protocol, Resource, Sotw, SotwResponse, Stream,
+    StreamConfig, StreamError, TypeKey, TypeRole, TypeTraits, View, Views,
+};
+
+/// The types of these tests, in make-before-break order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum T {
+    Cds,
+    Eds,
+    Lds,
+    Rds,
+    Vhds,
+}
+
+impl TypeKey for T {
+    fn type_url(&self) -> &str {
+        match self {
+            T::Cds => "test.Cluster",
+            T::Eds => "test.Endpoints",
+            T::Lds => "test.Listener",
+            T::Rds => "test.Route",
+            T::Vhds => "test.VirtualHost",
+        }
+    }
+    fn traits(&self) -> TypeTraits {
+        match self {
+            T::Cds => CDS,
+            T::Eds => EDS,
+            T::Lds => LDS,
+            T::Rds => RDS,
+            T::Vhds => VHDS,
+        }
+    }
+    fn role(&self) -> TypeRole {
+        match self {
+            T::Cds | T::Eds => TypeRole::RemovedLast,
+            T::Rds => TypeRole::RouteConfiguration,
+            T::Vhds => TypeRole::VirtualHost,
+            T::Lds => TypeRole::Other,
+        }
+    }
+}
+
+/// The views of every type: what the caches would lend.
+#[derive(Default)]
+struct World(BTreeMap<T, MemView>);
+
+impl World {
+    fn view(&mut self, t: T) -> &mut MemView {
+        self.0.entry(t).or_default()
+    }
+}
+
+impl Views<T> for World {
+    type Resource = Res;
+    fn read(&mut self, t: &T, f: &mut dyn FnMut(&dyn View<Resource = Res>)) {
+        if let Some(view) = self.0.get(t) {
+            f(view);
+        }
+    }
+}
+
+/// A stream, its world and a virtual clock.
+struct Harness<P: Protocol> {
+    stream: Stream<&'static str, T, P, Res>,
+    world: World,
+    now: Instant,
+}
+
+impl<P: Protocol> Harness<P> {
+    fn ads() -> Self {
+        let now = Instant::now();
+        Harness {
+            stream: Stream::aggregated(StreamConfig::default(), now),
+            world: World::default(),
+            now,
+        }
+    }
+
+    fn request(&mut self, t: T, request: P::Request) {
+        let admitted = self.stream.admit(Some("node"), t.type_url(), 0, self.now).unwrap();
+        assert_eq!(admitted.type_url, t.type_url());
+        self.stream.handle_request(t, request, self.now);
+    }
+
+    /// Everything the stream owes now, in order.
+    fn responses(&mut self) -> Vec<Outgoing<T, P::Response<Res>>> {
+        let mut out = Vec::new();
+        while let Some(o) = self.stream.poll_response(&mut self.world, self.now) {
+            out.push(o);
+            assert!(out.len() <= 5, "at most one response per type");
+        }
+        out
+    }
+
+    fn events(&mut self) -> Vec<Event<T>> {
+        std::iter::from_fn(|| self.stream.poll_event()).collect()
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+    }
+}
+
+fn types<R>(out: &[Outgoing<T, R>]) -> Vec<T> {
+    out.iter().map(|o| o.type_key).collect()
+}
+
+fn ttl_world(ttl: Duration) -> World {
+    let mut world = World::default();
+    let eds = world.view(T::Eds);
+    eds.set("a", "1");
+    eds.ttls.insert("a".into(), ttl);
+    world
+}
+
+#[test]
+fn s06_heartbeat_due_while_a_response_is_in_flight_goes_after_the_ack_without_spinning() {
+    let mut h = Harness::<Sotw>::ads();
+    h.world = ttl_world(Duration::from_secs(2));
+    h.request(T::Eds, sotw(&["a"], "", ""));
+    let first = h.responses();
+    assert_eq!(first.len(), 1);
+    let r = &first[0].response;
+    // The client does not answer; the heartbeat's time (half the TTL) passes.
+    h.advance(Duration::from_secs(5));
+    // Nothing to wake for: a past due time here is what made the old loop spin.
+    assert_eq!(h.stream.poll_timeout(), None);
+    h.stream.handle_timeout(h.now);
+    assert!(h.responses().is_empty(), "one response in flight per type, heartbeats included");
+    assert_eq!(h.stream.poll_timeout(), None);
+    // The ACK: the heartbeat is overdue, and goes now.
+    let (version, nonce) = (r.version_info.clone(), r.nonce.clone());
+    h.request(T::Eds, sotw(&["a"], &version, &nonce));
+    let due = h.stream.poll_timeout().expect("a heartbeat is due");
+    assert!(due <= h.now);
+    h.stream.handle_timeout(h.now);
+    assert_eq!(h.stream.poll_timeout(), None, "owed, not due again");
+    let hb = h.responses();
+    assert_eq!(hb.len(), 1);
+    assert!(hb[0].response.heartbeat);
+    assert_eq!(sotw_names(&hb[0].response), ["a"]);
+    // In flight again: no timer until it is answered, then the next one a half-TTL later.
+    assert_eq!(h.stream.poll_timeout(), None);
+    let nonce = hb[0].response.nonce.clone();
+    h.request(T::Eds, sotw(&["a"], &version, &nonce));
+    assert_eq!(h.stream.poll_timeout(), Some(h.now + Duration::from_secs(1)));
+    h.stream.handle_timeout(h.now);
+    assert!(h.responses().is_empty(), "not due yet");
+}
+
+#[test]
+fn s06_heartbeat_is_not_sent_before_it_is_due() {
+    let mut h = Harness::<Delta>::ads();
+    h.world = ttl_world(Duration::from_secs(10));
+    h.request(T::Eds, delta(&["a"], &[], ""));
+    let r = h.responses().remove(0).response;
+    h.request(T::Eds, delta(&[], &[], &r.nonce));
+    assert_eq!(h.stream.poll_timeout(), Some(h.now + Duration::from_secs(5)));
+    h.advance(Duration::from_secs(4));
+    h.stream.handle_timeout(h.now);
+    assert!(h.responses().is_empty());
+    h.advance(Duration::from_secs(1));
+    h.stream.handle_timeout(h.now);
+    let hb = h.responses();
+    assert!(hb.len() == 1 && hb[0].response.heartbeat);
+}
+
+#[test]
+fn s04_ack_gating_one_response_in_flight_per_type_latest_wins() {
+    let mut h = Harness::<Delta>::ads();
+    h.world.view(T::Eds).set("a", "1");
+    h.request(T::Eds, delta(&["a"], &[], ""));
+    let r1 = h.responses().remove(0).response;
+    assert_eq!(delta_items(&r1), [("a".into(), Some("1".into()))]);
+    // Two changes while the client has not answered: nothing goes.
+    h.world.view(T::Eds).set("a", "2");
+    assert!(h.responses().is_empty());
+    h.world.view(T::Eds).set("a", "3");
+    assert!(h.responses().is_empty());
+    // Another type is not held back by it.
+    h.world.view(T::Lds).set("l", "1");
+    h.request(T::Lds, delta(&["l"], &[], ""));
+    assert_eq!(types(&h.responses()), [T::Lds]);
+    // The ACK: one response, with the newest version only.
+    h.request(T::Eds, delta(&[], &[], &r1.nonce));
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Eds]);
+    assert_eq!(delta_items(&out[0].response), [("a".into(), Some("3".into()))]);
+}
+
+#[test]
+fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
+    let mut h = Harness::<Sotw>::ads();
+    h.world.view(T::Eds).set("a", "1");
+    h.request(T::Eds, sotw(&["a"], "", ""));
+    let r = h.responses().remove(0).response;
+    h.advance(Duration::from_millis(250));
+    h.request(T::Eds, sotw_nack(&["a"], "", &r.nonce, "bad"));
+    h.world.view(T::Eds).set("a", "2");
+    let r2 = h.responses().remove(0).response;
+    h.advance(Duration::from_millis(100));
+    h.request(T::Eds, sotw(&["a"], &r2.version_info, &r2.nonce));
+    let request = |subscribed: &[&str]| Event::Request {
+        type_key: T::Eds,
+        subscribed: names(subscribed),
+        unsubscribed: Vec::new(),
+    };
+    let sent = |r: &SotwResponse<Res>| Event::Sent {
+        type_key: T::Eds,
+        version: r.version_info.clone(),
+        nonce: r.nonce.clone(),
+        resources: 1,
+        heartbeat: false,
+    };
+    assert_eq!(
+        h.events(),
+        [
+            request(&["a"]),
+            sent(&r),
+            request(&[]),
+            Event::Nack {
+                type_key: T::Eds,
+                version: String::new(),
+                nonce: r.nonce.clone(),
+                error: xds_core::ErrorDetail { code: 3, message: "bad".into() },
+            },
+            sent(&r2),
+            request(&[]),
+            Event::Ack {
+                type_key: T::Eds,
+                version: r2.version_info.clone(),
+                nonce: r2.nonce.clone(),
+                latency: Some(Duration::from_millis(100)),
+            },
+        ]
+    );
+}
+
+/// An ADS client holding clusters c1, c2 (with endpoints) and a listener routing to c1 and c2.
+fn ads_with_two_clusters() -> (Harness<Delta>, Vec<String>) {
+    let mut h = Harness::<Delta>::ads();
+    for (t, names_) in [(T::Cds, ["c1", "c2"]), (T::Eds, ["c1", "c2"])] {
+        for n in names_ {
+            h.world.view(t).set(n, "1");
+        }
+    }
+    h.world.view(T::Lds).set("l", "1");
+    h.request(T::Cds, delta(&["*"], &[], ""));
+    h.request(T::Eds, delta(&["c1", "c2"], &[], ""));
+    h.request(T::Lds, delta(&["*"], &[], ""));
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Cds, T::Eds, T::Lds]);
+    let nonces = out.iter().map(|o| o.response.nonce.clone()).collect();
+    (h, nonces)
+}
+
+fn ack_all(h: &mut Harness<Delta>, ts: &[T], responses: &[Outgoing<T, DeltaResponse<Res>>]) {
+    for (t, o) in ts.iter().zip(responses) {
+        h.request(*t, delta(&[], &[], &o.response.nonce));
+    }
+}
+
+#[test]
+fn o1_removals_wait_until_the_referring_types_are_acked_then_go() {
+    let (mut h, nonces) = ads_with_two_clusters();
+    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
+        h.request(t, delta(&[], &[], n));
+    }
+    // One update: c2 goes, and the listener stops routing to it.
+    h.world.view(T::Cds).delete("c2");
+    h.world.view(T::Eds).delete("c2");
+    h.world.view(T::Lds).set("l", "2");
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Lds], "clusters and endpoints wait for the listener");
+    // Still waiting while the listener is in flight, however often asked.
+    assert!(h.responses().is_empty());
+    ack_all(&mut h, &[T::Lds], &out);
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Cds, T::Eds], "then the removals go");
+    for o in &out {
+        assert_eq!(o.response.removed_resources, ["c2"]);
+    }
+}
+
+#[test]
+fn o1_removals_alone_go_at_once() {
+    let (mut h, nonces) = ads_with_two_clusters();
+    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
+        h.request(t, delta(&[], &[], n));
+    }
+    // Nothing refers to c2 any more and nothing else changes: nothing to wait for.
+    h.world.view(T::Cds).delete("c2");
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Cds]);
+    assert_eq!(out[0].response.removed_resources, ["c2"]);
+}
+
+#[test]
+fn d10_virtual_hosts_are_resent_after_a_route_configuration_change() {
+    let mut h = Harness::<Delta>::ads();
+    h.world.view(T::Rds).set("rc", "1");
+    h.world.view(T::Vhds).set("rc/a", "1");
+    h.world.view(T::Vhds).set("other/b", "1");
+    h.request(T::Rds, delta(&["rc"], &[], ""));
+    h.request(T::Vhds, delta(&["rc/a", "other/b"], &[], ""));
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Rds, T::Vhds]);
+    ack_all(&mut h, &[T::Rds, T::Vhds], &out);
+    assert!(h.responses().is_empty(), "nothing changed");
+    // The route configuration changes; its virtual hosts do not.
+    h.world.view(T::Rds).set("rc", "2");
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Rds, T::Vhds], "the client dropped rc's virtual hosts");
+    assert_eq!(delta_names(&out[1].response), ["rc/a"], "only rc's");
+}
+
+#[test]
+fn s02_s03_admit_checks_node_type_and_limits() {
+    let now = Instant::now();
+    let config = StreamConfig {
+        max_names_per_request: 2,
+        request_burst: 3,
+        max_requests_per_second: 1,
+        ..StreamConfig::default()
+    };
+    let mut cds: Stream<&str, T, Sotw, Res> = Stream::per_type(&T::Cds, config, now);
+    assert_eq!(cds.admit(None, "", 0, now), Err(StreamError::MissingNode));
+    let admitted = cds.admit(Some("n"), "", 0, now).unwrap();
+    assert!(admitted.first && admitted.type_url == "test.Cluster");
+    assert_eq!(cds.admit(None, "", 3, now), Err(StreamError::TooManyNames { max: 2, got: 3 }));
+    assert_eq!(cds.admit(None, "", 0, now), Err(StreamError::RateLimited { rate: 1, burst: 3 }));
+    let later = now + Duration::from_secs(1);
+    let admitted = cds.admit(None, "test.Cluster", 0, later).unwrap();
+    assert!(!admitted.first);
+    assert_eq!(cds.node(), Some(&"n"));
+}
+
+#[test]
+fn o1_per_type_streams_do_not_defer_removals() {
+    // A per-type stream never defers removals: there is nothing to order against.
+    let now = Instant::now();
+    let mut s: Stream<&str, T, Sotw, Res> = Stream::per_type(&T::Cds, StreamConfig::default(), now);
+    let mut world = World::default();
+    world.view(T::Cds).set("c1", "1");
+    world.view(T::Cds).set("c2", "1");
+    let _ = s.admit(Some("n"), "", 0, now).unwrap();
+    s.handle_request(T::Cds, sotw(&[], "", ""), now);
+    let r = s.poll_response(&mut world, now).unwrap().response;
+    assert_eq!(r.resources.iter().map(|r| r.name()).collect::<Vec<_>>(), ["c1", "c2"]);
+    s.handle_request(T::Cds, sotw(&[], &r.version_info, &r.nonce), now);
+    world.view(T::Cds).delete("c2");
+    let r = s.poll_response(&mut world, now).unwrap().response;
+    assert_eq!(sotw_names(&r), ["c1"]);
+}

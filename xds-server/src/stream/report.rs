@@ -1,0 +1,96 @@
+//! What a stream reports of the core's events: status, metrics, and the user's callbacks.
+
+use std::sync::Mutex;
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+use xds_core::Event;
+use xds_proto::TypeUrl;
+
+use crate::callbacks::StreamInfo;
+use crate::server::Shared;
+use crate::status::{NackStatus, StreamStatus, bounded_owned, lock, now_ms};
+
+/// Records events in the stream's status and the server's metrics. Runs no user code.
+pub(super) fn record(
+    shared: &Shared,
+    variant: &'static str,
+    status: &Mutex<StreamStatus>,
+    events: &[Event<TypeUrl>],
+) {
+    let mut status = lock(status);
+    for event in events {
+        match event {
+            Event::Request { type_key, .. } => {
+                status.types.entry(type_key.to_string()).or_default().last_request_ms = now_ms();
+            }
+            Event::Ack { type_key, version, nonce, latency } => {
+                shared.metrics.ack(variant, shared.label(type_key), *latency);
+                let ts = status.types.entry(type_key.to_string()).or_default();
+                ts.nack = None;
+                // A delta ACK carries no version: it accepts the response it names.
+                if !version.is_empty() {
+                    ts.acked_version = Some(bounded_owned(version));
+                } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
+                    ts.acked_version = ts.sent_version.clone();
+                }
+            }
+            Event::Nack { type_key, version, nonce, error } => {
+                shared.metrics.nack(variant, shared.label(type_key));
+                let nack =
+                    NackStatus::new(version.clone(), nonce.clone(), &error.message, now_ms());
+                tracing::info!(
+                    type_url = %type_key,
+                    version = %nack.version,
+                    error = %nack.error,
+                    error_bytes = nack.error_bytes,
+                    "NACK"
+                );
+                status.types.entry(type_key.to_string()).or_default().nack = Some(nack);
+            }
+            Event::Stale { type_key } => shared.metrics.stale(variant, shared.label(type_key)),
+            Event::Sent { type_key, version, nonce, .. } => {
+                let ts = status.types.entry(type_key.to_string()).or_default();
+                ts.sent_version = Some(version.clone());
+                ts.sent_nonce = Some(nonce.clone());
+            }
+        }
+    }
+}
+
+/// Calls the user's callbacks for `events`, in order. The caller holds no lock: a callback may
+/// call anything on the server, `status()` included.
+///
+/// A callback may also block for a while (a log write, a remote audit call). User callbacks run
+/// inside [`tokio::task::block_in_place`] on a multi-thread runtime: the worker thread hands its
+/// other tasks, the other streams, to another thread first, so they go on while this one waits.
+/// (On a current-thread runtime there is no other thread: there a blocking callback stalls the
+/// runtime, as any blocking code does.) The no-op default callbacks are called inline.
+pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: Vec<Event<TypeUrl>>) {
+    let owed = |e: &Event<TypeUrl>| !matches!(e, Event::Request { .. } | Event::Stale { .. });
+    if !shared.custom_callbacks || !events.iter().any(owed) {
+        return;
+    }
+    let call = || {
+        let callbacks = &shared.callbacks;
+        for event in events {
+            match event {
+                Event::Ack { type_key, version, nonce, .. } => {
+                    callbacks.on_ack(stream, &type_key, &version, &nonce);
+                }
+                Event::Nack { type_key, version, nonce, error } => {
+                    callbacks.on_nack(stream, &type_key, &version, &nonce, &error);
+                }
+                Event::Sent { type_key, version, nonce, resources, .. } => {
+                    callbacks.on_response(stream, &type_key, &version, &nonce, resources);
+                }
+                Event::Request { .. } | Event::Stale { .. } => {}
+            }
+        }
+    };
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(call);
+        }
+        _ => call(),
+    }
+}
