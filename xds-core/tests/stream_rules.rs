@@ -91,7 +91,7 @@ impl<P: Protocol> Harness<P> {
     fn request(&mut self, t: T, request: P::Request) {
         let admitted = self.stream.admit(Some("node"), t.type_url(), 0, self.now).unwrap();
         assert_eq!(admitted.type_url, t.type_url());
-        self.stream.handle_request(t, request, self.now);
+        self.stream.handle_request(t, request, self.now).unwrap();
     }
 
     /// Everything the stream owes now, in order.
@@ -356,11 +356,34 @@ fn o1_per_type_streams_do_not_defer_removals() {
     world.view(T::Cds).set("c1", "1");
     world.view(T::Cds).set("c2", "1");
     let _ = s.admit(Some("n"), "", 0, now).unwrap();
-    s.handle_request(T::Cds, sotw(&[], "", ""), now);
+    s.handle_request(T::Cds, sotw(&[], "", ""), now).unwrap();
     let r = s.poll_response(&mut world, now).unwrap().response;
     assert_eq!(r.resources.iter().map(|r| r.name()).collect::<Vec<_>>(), ["c1", "c2"]);
-    s.handle_request(T::Cds, sotw(&[], &r.version_info, &r.nonce), now);
+    s.handle_request(T::Cds, sotw(&[], &r.version_info, &r.nonce), now).unwrap();
     world.view(T::Cds).delete("c2");
     let r = s.poll_response(&mut world, now).unwrap().response;
     assert_eq!(sotw_names(&r), ["c1"]);
+}
+
+#[test]
+fn delta_subscriptions_are_bounded_across_requests() {
+    // Each request is small, but delta subscriptions add up: the stream ends when one type's
+    // subscription passes the limit, naming it.
+    let now = Instant::now();
+    let config = StreamConfig { max_subscribed_names: 3, ..StreamConfig::default() };
+    let mut s: Stream<&str, T, Delta, Res> = Stream::aggregated(config, now);
+    let eds = T::Eds.type_url();
+    let _ = s.admit(Some("n"), eds, 2, now).unwrap();
+    s.handle_request(T::Eds, delta(&["a", "b"], &[], ""), now).unwrap();
+    // Unsubscribing makes room; the same names again are no growth.
+    s.handle_request(T::Eds, delta(&["c"], &["a"], ""), now).unwrap();
+    s.handle_request(T::Eds, delta(&["b", "c", "d"], &[], ""), now).unwrap();
+    let e = s.handle_request(T::Eds, delta(&["e"], &[], ""), now).unwrap_err();
+    assert_eq!(
+        e,
+        StreamError::TooManySubscribed { max: 3, got: 4, type_url: eds.to_owned() },
+        "{e}"
+    );
+    // Another type has its own count.
+    s.handle_request(T::Cds, delta(&["x", "y", "z"], &[], ""), now).unwrap();
 }

@@ -23,6 +23,10 @@ pub struct Limits {
     /// Requests one stream may send in a burst above the average (default 1,000: a proxy
     /// subscribing to many types at start-up stays well inside).
     pub request_burst: u32,
+    /// How many names one stream may be subscribed to for one type (`ResourceExhausted` beyond;
+    /// default 262,144). Delta subscriptions add up across requests, so this, not
+    /// `max_names_per_request`, bounds what a stream holds.
+    pub max_subscribed_names: usize,
     /// The longest node id, and the longest node cluster, accepted in bytes (`InvalidArgument`
     /// beyond; default 4 KiB). A node is kept for the stream's life and shown in status, CSDS and
     /// logs, so what a peer puts there is bounded like everything else it sends.
@@ -64,6 +68,7 @@ impl Default for Limits {
             max_streams: 100_000,
             max_requests_per_second: 100,
             request_burst: 1_000,
+            max_subscribed_names: 1 << 18,
             max_node_id_bytes: 4 << 10,
             max_node_bytes: 64 << 10,
         }

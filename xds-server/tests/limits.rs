@@ -167,3 +167,42 @@ async fn a_compressed_request_stream_is_unimplemented_with_the_reason() {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert!(body.is_empty());
 }
+
+#[tokio::test]
+async fn delta_subscriptions_past_max_subscribed_names_are_resource_exhausted() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let limits = Limits { max_subscribed_names: 1_000, ..Default::default() };
+    let t = server(&cache, limits).await;
+    let mut other = bystander(&t).await;
+
+    // Each request is well under max_names_per_request; together they pass the bound.
+    let mut greedy = Delta::ads(&t, "n1").await;
+    for batch in 0..3 {
+        let names: Vec<String> = (0..400).map(|i| format!("c{batch}-{i}")).collect();
+        greedy
+            .send(DeltaDiscoveryRequest {
+                type_url: url(EDS),
+                resource_names_subscribe: names,
+                ..Default::default()
+            })
+            .await;
+    }
+    let status = greedy.recv_err().await;
+    assert_status(&status, Code::ResourceExhausted, &["at most 1000 names", "1200"]);
+    assert!(t.metrics().contains("xds_refused_total{reason=\"max_subscribed_names\"} 1"));
+    still_served(&cache, &mut other, "1").await;
+}
+
+#[tokio::test]
+async fn an_oversized_node_ends_the_stream_naming_the_limit() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
+    let t = server(&cache, Limits::default()).await;
+    let mut other = bystander(&t).await;
+
+    let mut s = Sotw::ads(&t, &"n".repeat(5_000)).await;
+    s.subscribe(CDS, &[], None).await;
+    assert_status(&s.recv_err().await, Code::InvalidArgument, &["node.id is 5000 bytes", "4096"]);
+    still_served(&cache, &mut other, "1").await;
+}

@@ -89,6 +89,10 @@ pub struct Args {
     /// The most xDS streams open at once (`RESOURCE_EXHAUSTED` beyond).
     #[arg(long, default_value_t = Limits::default().max_streams)]
     pub max_streams: usize,
+    /// How many names one stream may subscribe to for one type (`RESOURCE_EXHAUSTED` beyond):
+    /// delta subscriptions add up across requests.
+    #[arg(long, default_value_t = Limits::default().max_subscribed_names)]
+    pub max_subscribed_names: usize,
     /// Requests per second one stream may send on average (`RESOURCE_EXHAUSTED` beyond).
     #[arg(long, default_value_t = Limits::default().max_requests_per_second)]
     pub max_requests_per_second: u32,

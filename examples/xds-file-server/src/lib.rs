@@ -80,6 +80,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let limits = Limits {
         max_request_bytes: args.max_request_bytes,
         max_streams: args.max_streams,
+        max_subscribed_names: args.max_subscribed_names,
         max_requests_per_second: args.max_requests_per_second,
         ..Limits::default()
     };

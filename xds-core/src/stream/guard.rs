@@ -26,6 +26,16 @@ pub enum StreamError {
         /// How many the request named.
         got: usize,
     },
+    /// A sub-stream's subscription grew past the stream's limit.
+    #[error("a stream may subscribe to at most {max} names of one type; {type_url} now has {got}")]
+    TooManySubscribed {
+        /// The limit.
+        max: usize,
+        /// How many names the subscription holds.
+        got: usize,
+        /// The sub-stream's type.
+        type_url: String,
+    },
     /// Rule S3: a per-type request whose `type_url` is not the service's.
     #[error("type_url {got} does not match the service's type {expected}")]
     TypeUrlMismatch {

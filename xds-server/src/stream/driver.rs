@@ -111,6 +111,7 @@ pub(crate) fn open<P: Protocol>(
         max_names_per_request: limits.max_names_per_request,
         max_requests_per_second: limits.max_requests_per_second,
         request_burst: limits.request_burst,
+        max_subscribed_names: limits.max_subscribed_names,
     };
     let now = Instant::now();
     let core = match &info.type_url {
@@ -228,6 +229,12 @@ impl<P: Protocol> Driver<P> {
     fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
         let names = P::names(&request).len();
         let (node, type_url) = P::header(&mut request);
+        if let Some(node) = &node {
+            if let Err(message) = self.shared.config.limits.check_node(node) {
+                self.shared.metrics.refused("invalid_request");
+                return Err(Status::invalid_argument(message));
+            }
+        }
         let admitted = lock(&self.core.0)
             .admit(node, &type_url, names, Instant::now())
             .map(|a| (self.shared.type_url(a.type_url), a.first));
@@ -245,8 +252,9 @@ impl<P: Protocol> Driver<P> {
         if !self.watches.0.contains_key(&type_url) {
             self.open_type(&type_url)?;
         }
-        lock(&self.core.0).handle_request(type_url, P::to_core(request), Instant::now());
-        Ok(())
+        let handled =
+            lock(&self.core.0).handle_request(type_url, P::to_core(request), Instant::now());
+        handled.map_err(|e| self.refuse(&e))
     }
 
     /// The status a request the core refused ends the stream with.
@@ -254,6 +262,9 @@ impl<P: Protocol> Driver<P> {
         let (label, status): (_, fn(String) -> Status) = match error {
             proto::StreamError::RateLimited { .. } => ("rate_limit", Status::resource_exhausted),
             proto::StreamError::TooManyNames { .. } => ("max_names", Status::invalid_argument),
+            proto::StreamError::TooManySubscribed { .. } => {
+                ("max_subscribed_names", Status::resource_exhausted)
+            }
             _ => ("invalid_request", Status::invalid_argument),
         };
         self.shared.metrics.refused(label);
