@@ -58,7 +58,10 @@ pub struct LrsConfig {
     /// (by default every cluster); of those, the first this many reported keep their name and
     /// later ones are counted under `other`, as are unknown ones. Default 256.
     pub max_cluster_labels: usize,
-    /// Distinct locality label values in the metrics, the rest under `other`. Default 64.
+    /// Distinct locality label values in the metrics: the first this many reported since the
+    /// server started keep theirs (for good: a label never moves, so a series stays one
+    /// series), later ones are counted under `other`. Localities come from the clients' EDS,
+    /// which the control plane wrote, so the set is small in practice. Default 64.
     pub max_locality_labels: usize,
 }
 
