@@ -6,6 +6,9 @@ Cluster and ClusterLoadAssignment from a YAML file that this script rewrites whi
 
   1. started    the server starts on free ports and answers /healthz
   2. routed     RPCs reach backend A (the only endpoint)
+  2b. load      the Cluster's ``lrs_server: {self: {}}`` makes the client report its load to the
+                server over LRS: /status counts those RPCs per cluster and locality within the
+                reporting interval, and /metrics shows them
   3. updated    the endpoint moves to backend B: RPCs reach B
   4. nack       a Cluster that gRPC rejects: /status shows the client's NACK, RPCs still reach B
   5. recovered  a valid Cluster again: the NACK clears, the client ACKs the version sent
@@ -33,7 +36,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_URL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 NODE_ID = "interop-client"
-STEPS = ["started", "routed", "updated", "nack", "recovered", "bad-config"]
+STEPS = ["started", "routed", "load", "updated", "nack", "recovered", "bad-config"]
 
 # How long each kind of wait may take, in seconds.
 HEALTHZ_WAIT = 20
@@ -42,6 +45,12 @@ UPDATE_WAIT = 15
 STATUS_WAIT = 15
 RPC_TIMEOUT = 2
 STEADY_RPCS = 5  # RPCs that must all reach the expected backend once a step has converged
+# Load reporting: the interval the server asks for (gRPC takes no less than 1 s), and the RPCs the
+# load step makes before it waits for their report.
+LRS_INTERVAL_MS = 1000
+LOAD_RPCS = 20
+CLUSTER = "demo-cluster"
+LOCALITY = {"region": "local", "zone": "", "sub_zone": ""}
 
 
 def free_port():
@@ -81,6 +90,8 @@ resources:
     type: {cluster_type}
     connect_timeout: {connect_timeout}
     lb_policy: {lb_policy}
+    # Report load to the server this cluster came from (gRPC's xds_cluster_impl policy).
+    lrs_server: {{ self: {{}} }}
     eds_cluster_config:
       eds_config: {{ ads: {{}}, resource_api_version: V3 }}
   - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
@@ -124,6 +135,7 @@ class Test:
         self.log_file = None
         self.channel = None
         self.rpc = None
+        self.ok_rpcs = 0  # RPCs that returned a reply: what the client's load reports must count
 
     # --- processes --------------------------------------------------------------------------
 
@@ -152,6 +164,7 @@ class Test:
                 "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
                 "--http-addr", f"127.0.0.1:{self.http_port}",
                 "--admin-addr", f"127.0.0.1:{self.admin_port}",
+                "--lrs-interval-ms", str(LRS_INTERVAL_MS),
                 "--log", "info",
             ],
             stdout=self.log_file,
@@ -213,7 +226,9 @@ class Test:
 
     def call(self):
         """One RPC through xds:///demo-service: the backend's reply, or raises grpc.RpcError."""
-        return self.rpc(b"", timeout=RPC_TIMEOUT).decode()
+        reply = self.rpc(b"", timeout=RPC_TIMEOUT).decode()
+        self.ok_rpcs += 1
+        return reply
 
     def call_until(self, expected, wait):
         """RPCs until one reaches `expected`, for at most `wait` seconds; returns how many it took."""
@@ -313,6 +328,56 @@ class Test:
         if not acked:
             raise StepFailed(f"RPCs work but /status shows no ACKed Cluster: {json.dumps(cluster)}")
         return f"xds:///demo-service reached backend-A after {took:.1f}s ({tries} tries); Cluster acked {acked}"
+
+    def locality_load(self, status):
+        """The server's view of demo-cluster's load in the backends' locality (None if absent)."""
+        cluster = status.get("load", {}).get("clusters", {}).get(CLUSTER)
+        for loc in (cluster or {}).get("localities", []):
+            if all(loc.get(k) == v for k, v in LOCALITY.items()):
+                return loc
+        return None
+
+    def metric(self, text, name, labels=None):
+        """The value of `name{labels}` in a Prometheus text page (None if absent)."""
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "") + " "
+        for line in text.splitlines():
+            if line.startswith(want):
+                return int(line[len(want):])
+        return None
+
+    def step_load(self):
+        self.expect_steady("backend-A", count=LOAD_RPCS)
+        expected = self.ok_rpcs
+        t0 = time.monotonic()
+        # Every RPC so far went to the one locality; the client reports every interval, so the
+        # server's window must count them all (and nothing more) within a few intervals.
+        wait = 3 * LRS_INTERVAL_MS / 1000 + 2
+
+        def counted(status):
+            loc = self.locality_load(status)
+            return loc if loc and loc.get("succeeded") == expected else None
+
+        try:
+            loc = self.poll_status(f"{expected} RPCs in the load of {CLUSTER}", counted, wait=wait)
+        except StepFailed:
+            raise StepFailed(f"the server's load view did not count the {expected} RPCs within "
+                             f"{wait}s: {json.dumps(self.status().get('load'))}")
+        took = time.monotonic() - t0
+        if loc.get("issued") != expected or loc.get("errors") != 0:
+            raise StepFailed(f"the locality's load is not {expected} issued, 0 errors: {json.dumps(loc)}")
+        node = self.status()["load"].get("nodes", {}).get(NODE_ID)
+        if not node:
+            raise StepFailed(f"the load view has no stream of node {NODE_ID}")
+        _, body = self.http_get("/metrics")
+        text = body.decode()
+        labels = {"cluster": CLUSTER, "locality": "local//"}
+        got = {r: self.metric(text, "xds_lrs_window_requests", dict(labels, result=r))
+               for r in ("issued", "succeeded", "errors")}
+        if got != {"issued": expected, "succeeded": expected, "errors": 0}:
+            raise StepFailed(f"/metrics xds_lrs_window_requests for {labels}: {got}")
+        reports = self.metric(text, "xds_lrs_reports_total")
+        return (f"{expected} RPCs reported over LRS and counted in {CLUSTER} / region 'local' "
+                f"{took:.1f}s after the last one ({reports} reports so far); /metrics agrees")
 
     def step_updated(self):
         loads = self.status()["config"]["loads"]

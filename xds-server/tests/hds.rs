@@ -17,19 +17,36 @@ use xds_proto::pb::envoy::service::health::v3::health_discovery_service_client::
 use xds_proto::pb::envoy::service::health::v3::{
     ClusterEndpointsHealth, ClusterHealthCheck, EndpointHealth, EndpointHealthResponse,
     HealthCheckRequest, HealthCheckRequestOrEndpointHealthResponse, HealthCheckSpecifier,
-    LocalityEndpointsHealth,
+    LocalityEndpoints, LocalityEndpointsHealth,
 };
-use xds_server::hds::{HdsConfig, HealthDiscoveryServer};
+use xds_server::hds::{HdsConfig, HealthCheckProvider, HealthDiscoveryServer};
 use xds_server::{Callbacks, Refusal, StreamInfo, XdsServer};
 
 use util::*;
 
-/// Each node checks the cluster named after its id's first letter.
+/// Each node checks the cluster named after its id's first letter (no endpoints), and
+/// `web`'s endpoints 10.0.0.0 to 10.0.0.9, port 80.
 fn spec(node: &Node) -> HealthCheckSpecifier {
+    let ips: Vec<String> = (0..10).map(|i| format!("10.0.0.{i}")).collect();
     HealthCheckSpecifier {
-        cluster_health_checks: vec![ClusterHealthCheck {
-            cluster_name: format!("cluster-{}", &node.id[..1]),
-            ..Default::default()
+        cluster_health_checks: vec![
+            ClusterHealthCheck {
+                cluster_name: format!("cluster-{}", &node.id[..1]),
+                ..Default::default()
+            },
+            checks("web", &ips.iter().map(String::as_str).collect::<Vec<_>>()),
+        ],
+        ..Default::default()
+    }
+}
+
+/// Checks of `cluster`'s endpoints at `ips`, port 80.
+fn checks(cluster: &str, ips: &[&str]) -> ClusterHealthCheck {
+    ClusterHealthCheck {
+        cluster_name: cluster.into(),
+        locality_endpoints: vec![LocalityEndpoints {
+            locality: None,
+            endpoints: ips.iter().map(|ip| endpoint(ip)).collect(),
         }],
         ..Default::default()
     }
@@ -206,4 +223,86 @@ async fn too_many_endpoints_are_cut_and_counted() {
     eventually("the report", || hds_of(&t).snapshot().responses == 1).await;
     assert_eq!(hds_of(&t).snapshot().clusters["web"].len(), 3);
     assert_eq!(hds_of(&t).rejected("too_many_endpoints"), 7);
+}
+
+#[tokio::test]
+async fn reports_of_endpoints_never_asked_about_are_dropped_and_counted() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    a.recv().await.unwrap();
+    // 10.0.0.1 in web was asked for; 10.9.9.9 in web and anything in "elsewhere" were not.
+    a.report("web", &[("10.0.0.1", HealthStatus::Healthy), ("10.9.9.9", HealthStatus::Unhealthy)])
+        .await;
+    eventually("the report", || hds_of(&t).snapshot().responses == 1).await;
+    a.report("elsewhere", &[("10.0.0.1", HealthStatus::Unhealthy)]).await;
+    eventually("the second report", || hds_of(&t).snapshot().responses == 2).await;
+    let view = hds_of(&t).snapshot();
+    assert!(!view.clusters.contains_key("elsewhere"), "{view:?}");
+    assert_eq!(hds_of(&t).rejected("unknown_endpoint"), 2);
+    assert!(
+        hds_of(&t)
+            .render_metrics()
+            .contains("xds_hds_rejected_total{reason=\"unknown_endpoint\"} 2")
+    );
+    // The last response replaces the stream's health: it had nothing that was asked for.
+    assert!(view.clusters.is_empty(), "{view:?}");
+}
+
+/// A provider whose specifier the test changes.
+#[derive(Clone)]
+struct Changing(std::sync::Arc<std::sync::Mutex<HealthCheckSpecifier>>);
+
+impl HealthCheckProvider for Changing {
+    fn specifier(&self, _: &Node) -> HealthCheckSpecifier {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_changed_specifier_is_sent_to_open_streams_and_decides_what_they_may_report() {
+    let web = |ips: &[&str]| HealthCheckSpecifier {
+        cluster_health_checks: vec![checks("web", ips)],
+        ..Default::default()
+    };
+    let provider = Changing(std::sync::Arc::new(std::sync::Mutex::new(web(&["10.0.0.1"]))));
+    let hds = HealthDiscoveryServer::new(provider.clone());
+    let t =
+        start(XdsServer::builder(SnapshotCache::by_node_id()).health_discovery(hds).build()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    assert_eq!(a.recv().await.unwrap(), web(&["10.0.0.1"]));
+
+    // Unchanged: nothing is sent. Changed: the new specifier is.
+    hds_of(&t).specifiers_changed();
+    *provider.0.lock().unwrap() = web(&["10.0.0.2"]);
+    hds_of(&t).specifiers_changed();
+    assert_eq!(a.recv().await.unwrap(), web(&["10.0.0.2"]));
+
+    // From now on only 10.0.0.2 may be reported.
+    a.report("web", &[("10.0.0.1", HealthStatus::Healthy), ("10.0.0.2", HealthStatus::Healthy)])
+        .await;
+    eventually("the report", || hds_of(&t).snapshot().responses == 1).await;
+    let view = hds_of(&t).snapshot();
+    assert_eq!(view.clusters["web"].keys().collect::<Vec<_>>(), vec!["10.0.0.2:80"]);
+    assert_eq!(hds_of(&t).rejected("unknown_endpoint"), 1);
+}
+
+#[tokio::test]
+async fn an_hds_stream_that_never_sends_its_first_request_ends_with_deadline_exceeded() {
+    let mut config = HdsConfig::default();
+    config.first_request_timeout = std::time::Duration::from_millis(200);
+    let t = server_with(config).await;
+    let (_tx, rx) = mpsc::channel::<HealthCheckRequestOrEndpointHealthResponse>(1);
+    let mut responses = HealthDiscoveryServiceClient::new(t.channel().await)
+        .stream_health_check(ReceiverStream::new(rx))
+        .await
+        .expect("open HDS")
+        .into_inner();
+    assert!(hds_of(&t).render_metrics().contains("xds_hds_streams_pending"));
+    let status = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("the server ended the stream in time")
+        .expect_err("the stream ends with an error");
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(hds_of(&t).rejected("first_request_timeout"), 1);
+    assert_eq!(hds_of(&t).pending_streams(), 0);
 }

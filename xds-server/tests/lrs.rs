@@ -357,3 +357,199 @@ async fn the_lrs_service_serves_on_its_own() {
     assert_eq!(lrs.snapshot().clusters["a"].total.issued, 2, "the first request's stats count");
     task.abort();
 }
+
+/// Opens an LRS stream and sends nothing: the open's result (the server answers the open at
+/// once, before any request).
+async fn open_silent(
+    t: &TestServer,
+) -> Result<(mpsc::Sender<LoadStatsRequest>, Streaming<LoadStatsResponse>), Status> {
+    let (tx, rx) = mpsc::channel(4);
+    let mut client = LoadReportingServiceClient::new(t.channel().await);
+    let response = tokio::time::timeout(WAIT, client.stream_load_stats(ReceiverStream::new(rx)))
+        .await
+        .expect("the open was answered in time")?;
+    Ok((tx, response.into_inner()))
+}
+
+fn lrs_config(change: impl FnOnce(&mut LrsConfig)) -> LoadReportingServer {
+    let mut config = LrsConfig::default();
+    change(&mut config);
+    LoadReportingServer::new().config(config)
+}
+
+#[tokio::test]
+async fn streams_without_a_first_request_are_counted_and_bounded() {
+    let lrs = lrs_config(|c| c.max_pending_streams = 2);
+    let t =
+        start(XdsServer::builder(SnapshotCache::by_node_id()).load_reporting(lrs).build()).await;
+    let (first_tx, mut first_rx) = open_silent(&t).await.expect("the first silent stream opens");
+    let _second = open_silent(&t).await.expect("the second silent stream opens");
+    eventually("two pending streams", || lrs_of(&t).pending_streams() == 2).await;
+    assert!(lrs_of(&t).render_metrics().contains("xds_lrs_streams_pending 2"));
+
+    let refused = open_silent(&t).await.expect_err("a third silent stream is refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(lrs_of(&t).rejected("too_many_pending"), 1);
+
+    // Once a stream has spoken it no longer counts as pending: there is room again.
+    first_tx
+        .send(LoadStatsRequest { node: Some(node("n1")), cluster_stats: vec![] })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, first_rx.message()).await.unwrap().unwrap().unwrap();
+    assert_eq!(lrs_of(&t).pending_streams(), 1);
+    let _third = open_silent(&t).await.expect("a silent stream opens again");
+    assert_eq!(lrs_of(&t).snapshot().streams, 1, "pending streams are not in the view");
+}
+
+#[tokio::test]
+async fn a_stream_that_never_sends_its_first_request_ends_with_deadline_exceeded() {
+    let lrs = lrs_config(|c| c.first_request_timeout = Duration::from_millis(200));
+    let t =
+        start(XdsServer::builder(SnapshotCache::by_node_id()).load_reporting(lrs).build()).await;
+    let (_tx, mut rx) = open_silent(&t).await.expect("the stream opens");
+    let status = tokio::time::timeout(WAIT, rx.message())
+        .await
+        .expect("the server ended the stream in time")
+        .expect_err("the stream ends with an error");
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(lrs_of(&t).rejected("first_request_timeout"), 1);
+    assert_eq!(lrs_of(&t).pending_streams(), 0);
+}
+
+/// Counts stream opens and closes.
+#[derive(Default)]
+struct Counts {
+    opened: std::sync::atomic::AtomicUsize,
+    closed: std::sync::atomic::AtomicUsize,
+}
+
+/// Callbacks that count opens and closes, and refuse node "bad".
+struct OpenClose(std::sync::Arc<Counts>);
+
+impl Callbacks for OpenClose {
+    fn on_stream_open(&self, _: &StreamInfo) -> Result<(), Refusal> {
+        self.0.opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn on_node(&self, _: &StreamInfo, node: &Node) -> Result<(), Refusal> {
+        if node.id == "bad" { Err(Refusal("not you".into())) } else { Ok(()) }
+    }
+
+    fn on_stream_closed(&self, _: &StreamInfo) {
+        self.0.closed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn on_stream_closed_follows_on_stream_open_when_on_node_refuses() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let counts = std::sync::Arc::new(Counts::default());
+    let server = XdsServer::builder(SnapshotCache::by_node_id())
+        .callbacks(OpenClose(counts.clone()))
+        .build();
+    let t = start(server).await;
+    let mut lrs = Lrs::open(&t).await;
+    lrs.send(LoadStatsRequest { node: Some(node("bad")), cluster_stats: vec![] }).await;
+    assert_eq!(lrs.recv().await.expect_err("refused").code(), Code::PermissionDenied);
+    eventually("the refused stream is closed", || counts.closed.load(SeqCst) == 1).await;
+    assert_eq!(counts.opened.load(SeqCst), 1);
+
+    // An accepted stream: opened now, closed when the client leaves.
+    let (good, _) = Lrs::start(&t, "good").await;
+    assert_eq!((counts.opened.load(SeqCst), counts.closed.load(SeqCst)), (2, 1));
+    drop(good);
+    eventually("the accepted stream is closed", || counts.closed.load(SeqCst) == 2).await;
+}
+
+/// A policy whose answer per node the test changes: the interval, and clusters if set.
+#[derive(Clone, Default)]
+struct Changing(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, ReportRequest>>>);
+
+impl Changing {
+    fn set(&self, node: &str, request: ReportRequest) {
+        self.0.lock().unwrap().insert(node.into(), request);
+    }
+}
+
+impl LoadReportPolicy for Changing {
+    fn request(&self, node: &Node) -> ReportRequest {
+        self.0.lock().unwrap().get(&node.id).cloned().unwrap_or_default()
+    }
+}
+
+fn every(ms: u64) -> ReportRequest {
+    ReportRequest { interval: Duration::from_millis(ms), ..Default::default() }
+}
+
+#[tokio::test]
+async fn a_policy_change_is_sent_only_to_streams_whose_answer_changed() {
+    let policy = Changing::default();
+    let server = XdsServer::builder(SnapshotCache::by_node_id())
+        .load_reporting(LoadReportingServer::new().policy(policy.clone()))
+        .build();
+    let t = start(server).await;
+    let (mut a, first_a) = Lrs::start(&t, "a").await;
+    let (mut b, first_b) = Lrs::start(&t, "b").await;
+    assert_eq!(first_a.load_reporting_interval, Some(PbDuration { seconds: 10, nanos: 0 }));
+    assert_eq!(first_b.load_reporting_interval, first_a.load_reporting_interval);
+
+    // Only a's answer changes: a gets a new response.
+    policy.set("a", every(2000));
+    lrs_of(&t).policy_changed();
+    let again = a.recv().await.expect("a new response for a");
+    assert_eq!(again.load_reporting_interval, Some(PbDuration { seconds: 2, nanos: 0 }));
+    assert!(again.send_all_clusters);
+
+    // Then b's changes, to clusters "a" only: b's next response is this one (it was sent
+    // nothing for a's change), and its reports of other clusters are rejected from now on.
+    policy.set(
+        "b",
+        ReportRequest { clusters: ReportClusters::Only(vec!["a".into()]), ..every(3000) },
+    );
+    lrs_of(&t).policy_changed();
+    let next = b.recv().await.expect("a new response for b");
+    assert_eq!(next.load_reporting_interval, Some(PbDuration { seconds: 3, nanos: 0 }));
+    assert_eq!((next.send_all_clusters, next.clusters), (false, vec!["a".to_string()]));
+    b.send(report(vec![
+        cluster("a", 0, vec![locality("z1", 1, 1, 0, 0)]),
+        cluster("c", 0, vec![locality("z1", 1, 1, 0, 0)]),
+    ]))
+    .await;
+    eventually("b's report", || lrs_of(&t).snapshot().reports == 3).await;
+    assert_eq!(lrs_of(&t).rejected("unknown_cluster"), 1);
+    assert!(!lrs_of(&t).snapshot().clusters.contains_key("c"));
+}
+
+#[tokio::test]
+async fn only_known_clusters_get_a_metric_label_of_their_own() {
+    let lrs = LoadReportingServer::new().known_clusters(|name: &str| name.starts_with("known-"));
+    let t =
+        start(XdsServer::builder(SnapshotCache::by_node_id()).load_reporting(lrs).build()).await;
+    let (one, _) = Lrs::start(&t, "n1").await;
+    // The unknown cluster comes first: it must not take a label slot, whatever the order.
+    one.send(report(vec![
+        cluster("rogue-1", 0, vec![locality("z1", 4, 4, 0, 0)]),
+        cluster("known-a", 0, vec![locality("z1", 2, 2, 0, 0)]),
+        cluster("rogue-2", 0, vec![locality("z1", 1, 1, 0, 0)]),
+    ]))
+    .await;
+    eventually("the report", || lrs_of(&t).snapshot().reports == 2).await;
+    let metrics = lrs_of(&t).render_metrics();
+    assert!(
+        metrics.contains(
+            "xds_lrs_window_requests{cluster=\"known-a\",locality=\"r/z1/\",result=\"issued\"} 2"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "xds_lrs_window_requests{cluster=\"other\",locality=\"r/z1/\",result=\"issued\"} 5"
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("rogue"), "{metrics}");
+    // The view keeps every cluster by name: only the metric labels are bounded.
+    assert_eq!(lrs_of(&t).snapshot().clusters["rogue-1"].total.issued, 4);
+}

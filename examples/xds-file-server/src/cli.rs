@@ -108,6 +108,10 @@ pub struct Args {
     /// The format of the files in --write-dir.
     #[arg(long, value_enum, default_value = "yaml")]
     pub write_format: Format,
+    /// How often load-reporting (LRS) clients are asked to report, in milliseconds (at least
+    /// 100; gRPC clients report no more often than every second).
+    #[arg(long, default_value_t = 10_000)]
+    pub lrs_interval_ms: u64,
     /// Serve clients whose first request carries no node.
     #[arg(long)]
     pub allow_anonymous: bool,

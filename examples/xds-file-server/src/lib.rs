@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
+use xds_server::lrs::{LoadReportingServer, ReportRequest};
 use xds_server::transport::{Incoming, PeerInfo, TransportConfig, tls_config};
 use xds_server::{
     FileFormat, FileWriter, Limits, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets,
@@ -98,6 +99,21 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         builder = builder.authorizer(policy);
     }
+    // Load reporting is on by default (served on the gRPC port); clients are asked for every
+    // cluster at --lrs-interval-ms, and the metrics label only the clusters the configuration
+    // serves (in some group): a client cannot grow the label set with names of its own.
+    let known = cache.clone();
+    builder = builder.load_reporting(
+        LoadReportingServer::new()
+            .policy(ReportRequest {
+                interval: Duration::from_millis(args.lrs_interval_ms),
+                ..Default::default()
+            })
+            .known_clusters(move |name: &str| {
+                let cluster = TypeUrl::from(ResourceType::Cluster);
+                known.groups().iter().any(|g| known.get(g, &cluster, name).is_some())
+            }),
+    );
     if args.rest_serve_secrets_without_tls {
         builder = builder.unauthenticated_secrets(UnauthenticatedSecrets::Serve);
     }

@@ -393,3 +393,80 @@ async fn finding_7_the_grpc_port_limits_streams_and_closes_silent_connections() 
     let mut client = Clusters::open(plain(&server).await, "n1").await.unwrap();
     assert_eq!(client.next("n1").await.unwrap(), ["c1"]);
 }
+
+#[tokio::test]
+async fn load_reports_show_in_status_and_metrics_labelled_only_for_served_clusters() {
+    use xds_proto::pb::envoy::config::core::v3::Locality;
+    use xds_proto::pb::envoy::config::endpoint::v3::{ClusterStats, UpstreamLocalityStats};
+    use xds_proto::pb::envoy::service::load_stats::v3::LoadStatsRequest;
+    use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_client::LoadReportingServiceClient;
+
+    let dir = temp_dir("lrs");
+    let config = dir.join("config.yaml");
+    // A gRPC client reports a cluster's load where its `lrs_server` says; `self` is this server.
+    std::fs::write(
+        &config,
+        "resources:\n  - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n    \
+         name: served\n    type: STATIC\n    lrs_server: { self: {} }\n",
+    )
+    .unwrap();
+    let running = Running::start(&config, &["--lrs-interval-ms", "1500"]).await;
+    let state = running.config_state().await;
+    assert_eq!(state["error"], serde_json::Value::Null, "{state}");
+
+    let stats = |cluster: &str, issued: u64| ClusterStats {
+        cluster_name: cluster.into(),
+        upstream_locality_stats: vec![UpstreamLocalityStats {
+            locality: Some(Locality { region: "r".into(), zone: "z".into(), sub_zone: "".into() }),
+            total_issued_requests: issued,
+            total_successful_requests: issued,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let (tx, rx) = mpsc::channel(4);
+    let mut responses = LoadReportingServiceClient::new(running.channel().await)
+        .stream_load_stats(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(LoadStatsRequest {
+        node: Some(Node { id: "reporter".into(), ..Default::default() }),
+        cluster_stats: vec![],
+    })
+    .await
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), responses.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.send_all_clusters);
+    let interval = first.load_reporting_interval.unwrap();
+    assert_eq!((interval.seconds, interval.nanos), (1, 500_000_000));
+    tx.send(LoadStatsRequest {
+        node: None,
+        cluster_stats: vec![stats("rogue", 5), stats("served", 3)],
+    })
+    .await
+    .unwrap();
+
+    let served = "xds_lrs_window_requests{cluster=\"served\",locality=\"r/z/\",result=\"issued\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running.metric(served).await != Some(3.0) {
+        assert!(Instant::now() < deadline, "no {served} 3 in /metrics");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let other = "xds_lrs_window_requests{cluster=\"other\",locality=\"r/z/\",result=\"issued\"}";
+    assert_eq!(running.metric(other).await, Some(5.0), "a cluster not served is under other");
+    let (_, metrics) = running.get("/metrics").await.unwrap();
+    assert!(!metrics.contains("rogue"), "{metrics}");
+    assert_eq!(running.metric("xds_lrs_streams").await, Some(1.0));
+
+    let (_, status) = running.get("/status").await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let load = &status["load"];
+    assert_eq!(load["clusters"]["served"]["issued"], 3, "{load}");
+    assert_eq!(load["clusters"]["rogue"]["issued"], 5, "the view names every cluster: {load}");
+    assert_eq!(load["nodes"]["reporter"], 1, "{load}");
+}

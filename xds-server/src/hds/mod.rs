@@ -11,10 +11,8 @@ mod store;
 mod view;
 
 use std::fmt::Write as _;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -30,13 +28,12 @@ use xds_proto::prost::Name;
 pub use store::HdsConfig;
 pub use view::{EndpointHealthView, HealthSnapshot, HealthWatch};
 
-use crate::authz::Authorizer;
-use crate::callbacks::Callbacks;
-use crate::lrs::store::Reason;
-use crate::reporter::{self, Closed, Hooks, escape_label};
-use store::{HealthStore, Registration};
+use crate::reporter::{self, Gate, Hooks, Reason, Reporting, ResponseStream, escape_label};
+use store::{Asked, HealthStore, Registration};
 
-/// Gives the health checks a node is to run. Called once per stream, with no lock held.
+/// Gives the health checks a node is to run. Called when a stream opens and, after
+/// [`HealthDiscoveryServer::specifiers_changed`], for every open stream; with no lock held.
+/// Reports of endpoints the specifier does not list are not taken.
 /// Implemented for `Fn(&Node) -> HealthCheckSpecifier` closures.
 pub trait HealthCheckProvider: Send + Sync + 'static {
     /// What the node is to check.
@@ -108,43 +105,15 @@ impl HealthDiscoveryServer {
         self
     }
 
-    /// Sets the callbacks that check each stream's node and see it close. An
-    /// [`XdsServer`](crate::XdsServer) sets its own.
-    #[must_use]
-    pub fn callbacks(mut self, callbacks: Arc<dyn Callbacks>) -> Self {
-        self.hooks.callbacks = callbacks;
-        self
+    /// Tells open streams the [`HealthCheckProvider`]'s answer may have changed: each asks
+    /// the provider again for its node and, if the specifier differs from the one it was
+    /// sent, sends it (the client replaces its health checks), and from then on takes reports
+    /// only of the new specifier's endpoints.
+    pub fn specifiers_changed(&self) {
+        self.store.gate.policy_changed();
     }
 
-    /// Sets the authorization policy each stream's node must pass, as xDS streams do
-    /// ([`Access::Report`](crate::authz::Access::Report)). An [`XdsServer`](crate::XdsServer)
-    /// sets its own.
-    #[must_use]
-    pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
-        self.hooks.authorizer = authorizer;
-        self
-    }
-
-    pub(crate) fn attach(mut self, hooks: Hooks) -> Self {
-        self.hooks = hooks;
-        self
-    }
-
-    /// Ends open streams with `UNAVAILABLE` and refuses new ones.
-    pub fn shutdown(&self) {
-        self.hooks.shutdown.cancel();
-    }
-
-    /// The tonic service, with the request size limit.
-    pub fn service(&self) -> HealthDiscoveryServiceServer<HealthDiscoveryServer> {
-        HealthDiscoveryServiceServer::new(self.clone())
-            .max_decoding_message_size(self.hooks.max_request_bytes)
-    }
-
-    /// The service alone, for `tonic::transport::Server::add_routes`.
-    pub fn routes(&self) -> tonic::service::Routes {
-        tonic::service::Routes::new(self.service())
-    }
+    crate::reporter::reporting_methods!(HealthDiscoveryServiceServer, "hds");
 
     /// The health the connected clients reported last.
     pub fn snapshot(&self) -> HealthSnapshot {
@@ -156,13 +125,7 @@ impl HealthDiscoveryServer {
         HealthWatch { store: self.store.clone(), rx: self.store.subscribe() }
     }
 
-    /// Streams and parts of responses rejected for `reason` (a label of
-    /// `xds_hds_rejected_total`); 0 for an unknown reason.
-    pub fn rejected(&self, reason: &str) -> u64 {
-        Reason::ALL.iter().find(|r| r.label() == reason).map_or(0, |r| self.store.rejected.get(*r))
-    }
-
-    /// The metrics in Prometheus text format: open streams, responses, rejections, and
+    /// The metrics in Prometheus text format: open and pending streams, responses, rejections, and
     /// endpoint reports per cluster (a bounded label set, the rest under `other`) and status.
     pub fn render_metrics(&self) -> String {
         let store = &*self.store;
@@ -177,24 +140,12 @@ impl HealthDiscoveryServer {
             "# HELP xds_hds_responses_total Endpoint health responses received.\n# TYPE xds_hds_responses_total counter\nxds_hds_responses_total {}",
             store.responses()
         );
-        let _ = writeln!(
-            out,
-            "# HELP xds_hds_rejected_total HDS streams and parts of responses rejected, by reason.\n# TYPE xds_hds_rejected_total counter"
+        reporter::render_stream_metrics(
+            &mut out,
+            "hds",
+            &store.gate,
+            &[Reason::NameTooLong, Reason::TooManyEndpoints, Reason::UnknownEndpoint],
         );
-        for r in [
-            Reason::NoNode,
-            Reason::Refused,
-            Reason::TooManyStreams,
-            Reason::NameTooLong,
-            Reason::TooManyEndpoints,
-        ] {
-            let _ = writeln!(
-                out,
-                "xds_hds_rejected_total{{reason=\"{}\"}} {}",
-                r.label(),
-                store.rejected.get(r)
-            );
-        }
         let _ = writeln!(
             out,
             "# HELP xds_hds_endpoints Endpoint reports by cluster and status (an endpoint checked by two nodes counts twice).\n# TYPE xds_hds_endpoints gauge"
@@ -208,114 +159,66 @@ impl HealthDiscoveryServer {
         }
         out
     }
+}
 
-    /// The first message: the node check, the stream's registration, the specifier.
-    fn start(
-        &self,
-        info: crate::StreamInfo,
-        first: HealthCheckRequestOrEndpointHealthResponse,
-    ) -> Result<(HealthCheckSpecifier, Registration, Closed), Status> {
-        let store = &self.store;
-        let node = match first.request_type {
-            Some(RequestType::HealthCheckRequest(r)) => r.node,
-            _ => None,
-        };
-        let Some(node) = node else {
-            store.rejected.add(Reason::NoNode, 1);
-            return Err(Status::invalid_argument(
-                "the first message must be a HealthCheckRequest with a node",
-            ));
-        };
-        let closed = self.hooks.admit(info, &node).inspect_err(|_| {
-            store.rejected.add(Reason::Refused, 1);
-        })?;
-        let Some(registration) = store.register(closed.info.id, &node) else {
-            store.rejected.add(Reason::TooManyStreams, 1);
-            return Err(Status::resource_exhausted(format!(
-                "too many HDS streams: the server takes at most {}",
-                store.config.max_streams
-            )));
-        };
-        Ok((self.provider.specifier(&node), registration, closed))
+type Message = HealthCheckRequestOrEndpointHealthResponse;
+
+impl Reporting for HealthDiscoveryServer {
+    type Request = Message;
+    type Response = HealthCheckSpecifier;
+    /// The endpoints the specifier lists.
+    type Scope = Asked;
+    type Registration = Registration;
+    const NAME: &'static str = "HDS";
+    const NO_NODE: &'static str = "the first message must be a HealthCheckRequest with a node";
+
+    fn parts(&self) -> (&Hooks, &Arc<Gate>) {
+        (&self.hooks, &self.store.gate)
     }
-}
 
-type Messages = Streaming<HealthCheckRequestOrEndpointHealthResponse>;
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<HealthCheckSpecifier, Status>> + Send>>;
+    fn node(first: &Message) -> Option<&Node> {
+        match &first.request_type {
+            Some(RequestType::HealthCheckRequest(r)) => r.node.as_ref(),
+            _ => None,
+        }
+    }
 
-/// Where a stream is: waiting for its first message, taking health responses, or done.
-enum State {
-    Start(HealthDiscoveryServer, Messages, crate::StreamInfo),
-    Reporting(HealthDiscoveryServer, Messages, Registration, Closed),
-    Done,
-}
+    fn answer(&self, node: &Node) -> (HealthCheckSpecifier, Asked) {
+        let specifier = self.provider.specifier(node);
+        let asked = Asked::of(&specifier);
+        (specifier, asked)
+    }
 
-impl State {
-    /// The next specifier (only the first message gets one) or the end; requests are read
-    /// as the transport polls, so a client that leaves drops its registration.
-    async fn next(self) -> Option<(Result<HealthCheckSpecifier, Status>, State)> {
-        match self {
-            State::Start(server, mut messages, info) => {
-                let first = tokio::select! {
-                    () = server.hooks.shutdown.cancelled() => return None,
-                    m = messages.message() => m.ok().flatten()?,
-                };
-                match server.start(info, first) {
-                    Ok((specifier, registration, closed)) => Some((
-                        Ok(specifier),
-                        State::Reporting(server, messages, registration, closed),
-                    )),
-                    Err(status) => Some((Err(status), State::Done)),
-                }
-            }
-            State::Reporting(server, mut messages, registration, closed) => loop {
-                tokio::select! {
-                    () = server.hooks.shutdown.cancelled() => {
-                        return Some((
-                            Err(Status::unavailable("the server is shutting down")),
-                            State::Done,
-                        ));
-                    }
-                    m = messages.message() => match m {
-                        Ok(Some(HealthCheckRequestOrEndpointHealthResponse {
-                            request_type: Some(RequestType::EndpointHealthResponse(r)),
-                        })) => registration.ingest(&r),
-                        // A repeated HealthCheckRequest or an empty message: nothing to do.
-                        Ok(Some(_)) => {}
-                        Ok(None) | Err(_) => {
-                            drop((registration, closed));
-                            return None;
-                        }
-                    },
-                }
-            },
-            State::Done => None,
+    fn register(&self, id: u64, node: &Node, asked: Asked, _: Message) -> Option<Registration> {
+        self.store.register(id, node, asked)
+    }
+
+    fn rescope(registration: &mut Registration, asked: Asked) {
+        registration.set_asked(asked);
+    }
+
+    fn take(registration: &Registration, message: Message) {
+        // A repeated HealthCheckRequest or an empty message: nothing to do.
+        if let Some(RequestType::EndpointHealthResponse(r)) = message.request_type {
+            registration.ingest(&r);
         }
     }
 }
 
 #[tonic::async_trait]
 impl HealthDiscoveryService for HealthDiscoveryServer {
-    type StreamHealthCheckStream = ResponseStream;
+    type StreamHealthCheckStream = ResponseStream<HealthCheckSpecifier>;
 
     async fn stream_health_check(
         &self,
-        request: Request<Messages>,
-    ) -> Result<Response<ResponseStream>, Status> {
-        if self.hooks.shutdown.is_cancelled() {
-            return Err(Status::unavailable("the server is shutting down"));
-        }
-        let info = reporter::stream_info(
-            &request,
-            TypeUrl::parse(&HealthCheckRequestOrEndpointHealthResponse::type_url()),
-        );
-        let state = State::Start(self.clone(), request.into_inner(), info);
-        Ok(Response::new(Box::pin(futures_util::stream::unfold(state, State::next))))
+        request: Request<Streaming<Message>>,
+    ) -> Result<Response<Self::StreamHealthCheckStream>, Status> {
+        reporter::serve(self, request, TypeUrl::parse(&Message::type_url()))
     }
 
     async fn fetch_health_check(
         &self,
-        _: Request<HealthCheckRequestOrEndpointHealthResponse>,
+        _: Request<Message>,
     ) -> Result<Response<HealthCheckSpecifier>, Status> {
         Err(Status::unimplemented("use StreamHealthCheck"))
     }

@@ -1,18 +1,22 @@
 //! The endpoint health every open HDS stream reported last.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use xds_proto::pb::envoy::config::core::v3::address::Address as AddressKind;
 use xds_proto::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use xds_proto::pb::envoy::config::core::v3::{HealthStatus, Node};
 use xds_proto::pb::envoy::config::endpoint::v3::Endpoint;
-use xds_proto::pb::envoy::service::health::v3::{EndpointHealth, EndpointHealthResponse};
+use xds_proto::pb::envoy::service::health::v3::{
+    EndpointHealth, EndpointHealthResponse, HealthCheckSpecifier,
+};
 
 use super::view::HealthSnapshot;
-use crate::lrs::store::{Labels, Reason, Rejections};
+use crate::lrs::store::Labels;
+use crate::reporter::{Gate, Reason};
 use crate::status::lock;
 
 /// Limits of health discovery.
@@ -21,6 +25,12 @@ use crate::status::lock;
 pub struct HdsConfig {
     /// Open HDS streams at most; more are refused with `RESOURCE_EXHAUSTED`. Default 10,000.
     pub max_streams: usize,
+    /// Streams open at most that have not sent their first request; more are refused with
+    /// `RESOURCE_EXHAUSTED` (`too_many_pending`). Default 1,024.
+    pub max_pending_streams: usize,
+    /// How long a stream may take to send its first request before it is ended with
+    /// `DEADLINE_EXCEEDED` (`first_request_timeout`). Default 30 s.
+    pub first_request_timeout: Duration,
     /// Endpoints one stream's response may report; the rest are rejected
     /// (`too_many_endpoints`). Default 10,000.
     pub max_endpoints_per_stream: usize,
@@ -34,6 +44,8 @@ impl Default for HdsConfig {
     fn default() -> Self {
         Self {
             max_streams: 10_000,
+            max_pending_streams: 1024,
+            first_request_timeout: Duration::from_secs(30),
             max_endpoints_per_stream: 10_000,
             max_name_bytes: 256,
             max_cluster_labels: 256,
@@ -54,7 +66,7 @@ pub(crate) struct HealthStore {
     pub(crate) config: HdsConfig,
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamHealth>>>>,
     labels: Labels,
-    pub(crate) rejected: Rejections,
+    pub(crate) gate: Arc<Gate>,
     responses: AtomicU64,
     revision: watch::Sender<u64>,
 }
@@ -65,6 +77,40 @@ pub(crate) struct Registration {
     store: Arc<HealthStore>,
     id: u64,
     health: Arc<Mutex<StreamHealth>>,
+    asked: Asked,
+}
+
+/// The endpoints a stream was asked to check: (cluster, address), and the addresses alone for
+/// the older flat list, which names no cluster.
+#[derive(Debug, Default)]
+pub(crate) struct Asked {
+    endpoints: HashSet<(String, String)>,
+    addresses: HashSet<String>,
+}
+
+impl Asked {
+    /// The endpoints `specifier` asks to check.
+    pub(crate) fn of(specifier: &HealthCheckSpecifier) -> Self {
+        let mut asked = Asked::default();
+        for c in &specifier.cluster_health_checks {
+            for l in &c.locality_endpoints {
+                for e in &l.endpoints {
+                    let address = endpoint_address(Some(e));
+                    asked.addresses.insert(address.clone());
+                    asked.endpoints.insert((c.cluster_name.clone(), address));
+                }
+            }
+        }
+        asked
+    }
+
+    fn contains(&self, cluster: &str, address: &str) -> bool {
+        if cluster.is_empty() {
+            return self.addresses.contains(address);
+        }
+        // A response's endpoints are bounded, and so are these copies.
+        self.endpoints.contains(&(cluster.to_owned(), address.to_owned()))
+    }
 }
 
 /// `ip:port` (or the pipe's path) of an endpoint; empty when it has no address.
@@ -84,11 +130,15 @@ impl HealthStore {
     pub(crate) fn new(config: HdsConfig) -> Self {
         Self {
             labels: Labels::new(config.max_cluster_labels),
-            config,
             streams: Mutex::default(),
-            rejected: Rejections::default(),
+            gate: Arc::new(Gate::new(
+                config.max_streams,
+                config.max_pending_streams,
+                config.first_request_timeout,
+            )),
             responses: AtomicU64::new(0),
             revision: watch::Sender::new(0),
+            config,
         }
     }
 
@@ -104,7 +154,12 @@ impl HealthStore {
         self.responses.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn register(self: &Arc<Self>, id: u64, node: &Node) -> Option<Registration> {
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        id: u64,
+        node: &Node,
+        asked: Asked,
+    ) -> Option<Registration> {
         let mut end = node.id.len().min(self.config.max_name_bytes);
         while !node.id.is_char_boundary(end) {
             end -= 1;
@@ -121,7 +176,7 @@ impl HealthStore {
             streams.insert(id, health.clone());
         }
         self.changed();
-        Some(Registration { store: self.clone(), id, health })
+        Some(Registration { store: self.clone(), id, health, asked })
     }
 
     fn streams(&self) -> Vec<Arc<Mutex<StreamHealth>>> {
@@ -177,14 +232,21 @@ pub(crate) fn status_label(s: HealthStatus) -> &'static str {
 }
 
 impl Registration {
+    /// Sets the endpoints the stream was asked to check (after a new specifier).
+    pub(crate) fn set_asked(&mut self, asked: Asked) {
+        self.asked = asked;
+    }
+
     /// Replaces the stream's reported health with `response` (a client reports every endpoint
-    /// it checks each time), bounded: names, endpoints per stream.
+    /// it checks each time), bounded: names, endpoints per stream. Endpoints the stream was
+    /// not asked to check are left out and counted (`unknown_endpoint`): a client cannot put
+    /// endpoints of its choosing into the view.
     pub(crate) fn ingest(&self, response: &EndpointHealthResponse) {
         let store = &*self.store;
         let config = &store.config;
         store.responses.fetch_add(1, Ordering::Relaxed);
         let mut endpoints = BTreeMap::new();
-        let mut over = 0u64;
+        let (mut over, mut unknown) = (0u64, 0u64);
         let mut put = |cluster: &str, e: &EndpointHealth| {
             if endpoints.len() >= config.max_endpoints_per_stream {
                 over += 1;
@@ -192,7 +254,11 @@ impl Registration {
             }
             let address = endpoint_address(e.endpoint.as_ref());
             if cluster.len() > config.max_name_bytes || address.len() > config.max_name_bytes {
-                store.rejected.add(Reason::NameTooLong, 1);
+                store.gate.rejected.add(Reason::NameTooLong, 1);
+                return;
+            }
+            if !self.asked.contains(cluster, &address) {
+                unknown += 1;
                 return;
             }
             let status = HealthStatus::try_from(e.health_status).unwrap_or(HealthStatus::Unknown);
@@ -213,7 +279,10 @@ impl Registration {
             }
         }
         if over > 0 {
-            store.rejected.add(Reason::TooManyEndpoints, over);
+            store.gate.rejected.add(Reason::TooManyEndpoints, over);
+        }
+        if unknown > 0 {
+            store.gate.rejected.add(Reason::UnknownEndpoint, unknown);
         }
         lock(&self.health).endpoints = endpoints;
         store.changed();

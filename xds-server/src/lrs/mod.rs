@@ -13,11 +13,9 @@ mod view;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -30,10 +28,8 @@ use xds_proto::prost::Name;
 pub use store::LrsConfig;
 pub use view::{ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, NodeLoad};
 
-use crate::authz::Authorizer;
-use crate::callbacks::Callbacks;
-use crate::reporter::{self, Closed, Hooks, escape_label};
-use store::{Reason, Registration, Store};
+use crate::reporter::{self, Gate, Hooks, Reason, Reporting, ResponseStream, escape_label};
+use store::{Registration, Store};
 
 /// The shortest reporting interval the server asks for, whatever the policy says.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -70,7 +66,8 @@ impl Default for ReportRequest {
     }
 }
 
-/// Decides, per client, what it is asked to report. Called once per stream, with no lock held.
+/// Decides, per client, what it is asked to report. Called when a stream opens and, after
+/// [`LoadReportingServer::policy_changed`], for every open stream; with no lock held.
 pub trait LoadReportPolicy: Send + Sync + 'static {
     /// The request for a client of `node`. Default: [`ReportRequest::default`].
     fn request(&self, node: &Node) -> ReportRequest {
@@ -152,7 +149,9 @@ impl LoadReportingServer {
     /// Sets the limits and window (starting from no load).
     #[must_use]
     pub fn config(mut self, config: LrsConfig) -> Self {
-        self.store = Arc::new(Store::new(config));
+        let mut store = Store::new(config);
+        store.known = self.store.known.clone();
+        self.store = Arc::new(store);
         self
     }
 
@@ -163,47 +162,28 @@ impl LoadReportingServer {
         self
     }
 
-    /// Sets the callbacks that check each stream's node (`on_stream_open`, `on_node`) and see
-    /// it close. An [`XdsServer`](crate::XdsServer) sets its own.
+    /// Decides which clusters get a metric label of their own (up to
+    /// [`LrsConfig::max_cluster_labels`]); the others are counted under `other`. Asked once
+    /// per stream and cluster, when the stream first reports the cluster, with no lock held.
+    /// By default every cluster is eligible, so the labels go to the first clusters reported;
+    /// give the clusters your configuration serves to keep the set to those.
     #[must_use]
-    pub fn callbacks(mut self, callbacks: Arc<dyn Callbacks>) -> Self {
-        self.hooks.callbacks = callbacks;
+    pub fn known_clusters(mut self, known: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        let mut store = Store::new(self.store.config.clone());
+        store.known = Arc::new(known);
+        self.store = Arc::new(store);
         self
     }
 
-    /// Sets the authorization policy each stream's node must pass, as xDS streams do
-    /// ([`Access::Report`](crate::authz::Access::Report)). An [`XdsServer`](crate::XdsServer)
-    /// sets its own.
-    #[must_use]
-    pub fn authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
-        self.hooks.authorizer = authorizer;
-        self
+    /// Tells open streams the [`LoadReportPolicy`]'s answer may have changed: each asks the
+    /// policy again for its node and, if the answer differs from the one it was sent, sends
+    /// the client a new `LoadStatsResponse` (the clusters to report, the interval), which
+    /// Envoy and gRPC apply to the running stream.
+    pub fn policy_changed(&self) {
+        self.store.gate.policy_changed();
     }
 
-    /// Takes the xDS server's callbacks, shutdown and request size limit.
-    pub(crate) fn attach(mut self, hooks: Hooks) -> Self {
-        self.hooks = hooks;
-        self
-    }
-
-    /// Ends open streams with `UNAVAILABLE` and refuses new ones (an [`XdsServer`]'s
-    /// shutdown does this for the one it serves).
-    ///
-    /// [`XdsServer`]: crate::XdsServer
-    pub fn shutdown(&self) {
-        self.hooks.shutdown.cancel();
-    }
-
-    /// The tonic service, with the request size limit.
-    pub fn service(&self) -> LoadReportingServiceServer<LoadReportingServer> {
-        LoadReportingServiceServer::new(self.clone())
-            .max_decoding_message_size(self.hooks.max_request_bytes)
-    }
-
-    /// The service alone, for `tonic::transport::Server::add_routes`.
-    pub fn routes(&self) -> tonic::service::Routes {
-        tonic::service::Routes::new(self.service())
-    }
+    crate::reporter::reporting_methods!(LoadReportingServiceServer, "lrs");
 
     /// The load of the connected clients over the window (cached until something changes).
     pub fn snapshot(&self) -> Arc<LoadSnapshot> {
@@ -215,13 +195,8 @@ impl LoadReportingServer {
         LoadWatch { store: self.store.clone(), rx: self.store.subscribe() }
     }
 
-    /// Reports, streams and parts of reports rejected for `reason` (a label of
-    /// `xds_lrs_rejected_total`, e.g. `"too_many_localities"`); 0 for an unknown reason.
-    pub fn rejected(&self, reason: &str) -> u64 {
-        Reason::ALL.iter().find(|r| r.label() == reason).map_or(0, |r| self.store.rejected.get(*r))
-    }
-
-    /// The metrics in Prometheus text format: open streams, reports, rejections by reason,
+    /// The metrics in Prometheus text format: open and pending streams, reports, rejections
+    /// by reason,
     /// and per cluster and locality the window's requests (issued, succeeded, errors), the
     /// requests in flight and the dropped requests. Cluster and locality labels come from
     /// bounded sets ([`LrsConfig::max_cluster_labels`], [`LrsConfig::max_locality_labels`]),
@@ -240,18 +215,18 @@ impl LoadReportingServer {
             "# HELP xds_lrs_reports_total Load reports received.\n# TYPE xds_lrs_reports_total counter\nxds_lrs_reports_total {}",
             store.reports()
         );
-        let _ = writeln!(
-            out,
-            "# HELP xds_lrs_rejected_total LRS streams and parts of reports rejected, by reason.\n# TYPE xds_lrs_rejected_total counter"
+        reporter::render_stream_metrics(
+            &mut out,
+            "lrs",
+            &store.gate,
+            &[
+                Reason::UnknownCluster,
+                Reason::TooManyClusters,
+                Reason::TooManyLocalities,
+                Reason::NameTooLong,
+                Reason::BadInterval,
+            ],
         );
-        for r in Reason::ALL.iter().filter(|r| **r != Reason::TooManyEndpoints) {
-            let _ = writeln!(
-                out,
-                "xds_lrs_rejected_total{{reason=\"{}\"}} {}",
-                r.label(),
-                store.rejected.get(*r)
-            );
-        }
         let _ = writeln!(
             out,
             "# HELP xds_lrs_window_requests Requests reported over the window, by result.\n# TYPE xds_lrs_window_requests gauge"
@@ -329,33 +304,6 @@ impl LoadReportingServer {
         };
         (response, only)
     }
-
-    /// The first request: the node check, the stream's registration, the response.
-    fn start(
-        &self,
-        info: crate::StreamInfo,
-        first: LoadStatsRequest,
-    ) -> Result<(LoadStatsResponse, Registration, Closed), Status> {
-        let store = &self.store;
-        let Some(node) = &first.node else {
-            store.rejected.add(Reason::NoNode, 1);
-            return Err(Status::invalid_argument("the first LoadStatsRequest must carry a node"));
-        };
-        let closed = self.hooks.admit(info, node).inspect_err(|_| {
-            store.rejected.add(Reason::Refused, 1);
-        })?;
-        let (response, only) = self.first_response(node);
-        let node_id = truncate(&node.id, store.config.max_name_bytes);
-        let Some(registration) = store.register(closed.info.id, node_id, only) else {
-            store.rejected.add(Reason::TooManyStreams, 1);
-            return Err(Status::resource_exhausted(format!(
-                "too many LRS streams: the server takes at most {}",
-                store.config.max_streams
-            )));
-        };
-        registration.ingest(&first.cluster_stats, Instant::now());
-        Ok((response, registration, closed))
-    }
 }
 
 /// Feeds reports into a [`LoadReportingServer`]'s view as if they came over a stream; made by
@@ -381,68 +329,57 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The response stream of one LRS stream.
-type ResponseStream = Pin<Box<dyn Stream<Item = Result<LoadStatsResponse, Status>> + Send>>;
+impl Reporting for LoadReportingServer {
+    type Request = LoadStatsRequest;
+    type Response = LoadStatsResponse;
+    /// The clusters reports may name; `None`: all.
+    type Scope = Option<HashSet<String>>;
+    type Registration = Registration;
+    const NAME: &'static str = "LRS";
+    const NO_NODE: &'static str = "the first LoadStatsRequest must carry a node";
 
-/// Where a stream is: waiting for its first request, taking reports, or done.
-enum State {
-    Start(LoadReportingServer, Streaming<LoadStatsRequest>, crate::StreamInfo),
-    Reporting(LoadReportingServer, Streaming<LoadStatsRequest>, Registration, Closed),
-    Done,
-}
+    fn parts(&self) -> (&Hooks, &Arc<Gate>) {
+        (&self.hooks, &self.store.gate)
+    }
 
-impl State {
-    /// The next response (only the first request gets one), or the stream's end. Reading the
-    /// requests happens here, when the transport polls the response stream: no task is
-    /// spawned, and a client that goes away drops the stream and with it its registration.
-    async fn next(self) -> Option<(Result<LoadStatsResponse, Status>, State)> {
-        match self {
-            State::Start(server, mut requests, info) => {
-                let first = tokio::select! {
-                    () = server.hooks.shutdown.cancelled() => return None,
-                    m = requests.message() => m.ok().flatten()?,
-                };
-                match server.start(info, first) {
-                    Ok((response, registration, closed)) => Some((
-                        Ok(response),
-                        State::Reporting(server, requests, registration, closed),
-                    )),
-                    Err(status) => Some((Err(status), State::Done)),
-                }
-            }
-            State::Reporting(server, mut requests, registration, closed) => loop {
-                tokio::select! {
-                    () = server.hooks.shutdown.cancelled() => {
-                        return Some((Err(Status::unavailable("the server is shutting down")), State::Done));
-                    }
-                    m = requests.message() => match m {
-                        Ok(Some(report)) => registration.ingest(&report.cluster_stats, Instant::now()),
-                        // The client closed its side or the connection failed: the end.
-                        Ok(None) | Err(_) => {
-                            drop((registration, closed));
-                            return None;
-                        }
-                    },
-                }
-            },
-            State::Done => None,
-        }
+    fn node(first: &LoadStatsRequest) -> Option<&Node> {
+        first.node.as_ref()
+    }
+
+    fn answer(&self, node: &Node) -> (LoadStatsResponse, Option<HashSet<String>>) {
+        self.first_response(node)
+    }
+
+    fn register(
+        &self,
+        id: u64,
+        node: &Node,
+        only: Option<HashSet<String>>,
+        first: LoadStatsRequest,
+    ) -> Option<Registration> {
+        let node_id = truncate(&node.id, self.store.config.max_name_bytes);
+        let registration = self.store.register(id, node_id, only)?;
+        registration.ingest(&first.cluster_stats, Instant::now());
+        Some(registration)
+    }
+
+    fn rescope(registration: &mut Registration, only: Option<HashSet<String>>) {
+        registration.set_only(only);
+    }
+
+    fn take(registration: &Registration, report: LoadStatsRequest) {
+        registration.ingest(&report.cluster_stats, Instant::now());
     }
 }
 
 #[tonic::async_trait]
 impl LoadReportingService for LoadReportingServer {
-    type StreamLoadStatsStream = ResponseStream;
+    type StreamLoadStatsStream = ResponseStream<LoadStatsResponse>;
 
     async fn stream_load_stats(
         &self,
         request: Request<Streaming<LoadStatsRequest>>,
-    ) -> Result<Response<ResponseStream>, Status> {
-        if self.hooks.shutdown.is_cancelled() {
-            return Err(Status::unavailable("the server is shutting down"));
-        }
-        let info = reporter::stream_info(&request, TypeUrl::parse(&LoadStatsRequest::type_url()));
-        let state = State::Start(self.clone(), request.into_inner(), info);
-        Ok(Response::new(Box::pin(futures_util::stream::unfold(state, State::next))))
+    ) -> Result<Response<Self::StreamLoadStatsStream>, Status> {
+        reporter::serve(self, request, TypeUrl::parse(&LoadStatsRequest::type_url()))
     }
 }

@@ -16,6 +16,7 @@ use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterStats;
 
 use super::view::{LoadCounts, LoadSnapshot, LocalityName};
+use crate::reporter::{Gate, Reason};
 use crate::status::lock;
 
 /// The sliding window is this many slots; a report counts in the slot of its arrival, and a
@@ -34,6 +35,12 @@ pub struct LrsConfig {
     pub window: Duration,
     /// Open LRS streams at most; more are refused with `RESOURCE_EXHAUSTED`. Default 10,000.
     pub max_streams: usize,
+    /// Streams open at most that have not sent their first request; more are refused with
+    /// `RESOURCE_EXHAUSTED` (`too_many_pending`). Default 1,024.
+    pub max_pending_streams: usize,
+    /// How long a stream may take to send its first request before it is ended with
+    /// `DEADLINE_EXCEEDED` (`first_request_timeout`). Default 30 s.
+    pub first_request_timeout: Duration,
     /// Distinct clusters one stream may report; reports of more are rejected
     /// (`too_many_clusters`). Default 1,024.
     pub max_clusters_per_stream: usize,
@@ -46,10 +53,15 @@ pub struct LrsConfig {
     /// Longest `load_report_interval` a report may claim (`bad_interval`, as are negative
     /// ones). Default 1 hour.
     pub max_interval: Duration,
-    /// Distinct cluster label values in the metrics; clusters seen after these are counted
-    /// under `other`. Default 256.
+    /// Distinct cluster label values in the metrics. Which clusters get one is decided by
+    /// [`LoadReportingServer::known_clusters`](super::LoadReportingServer::known_clusters)
+    /// (by default every cluster); of those, the first this many reported keep their name and
+    /// later ones are counted under `other`, as are unknown ones. Default 256.
     pub max_cluster_labels: usize,
-    /// Distinct locality label values in the metrics, the rest under `other`. Default 64.
+    /// Distinct locality label values in the metrics: the first this many reported since the
+    /// server started keep theirs (for good: a label never moves, so a series stays one
+    /// series), later ones are counted under `other`. Localities come from the clients' EDS,
+    /// which the control plane wrote, so the set is small in practice. Default 64.
     pub max_locality_labels: usize,
 }
 
@@ -58,6 +70,8 @@ impl Default for LrsConfig {
         Self {
             window: Duration::from_secs(60),
             max_streams: 10_000,
+            max_pending_streams: 1024,
+            first_request_timeout: Duration::from_secs(30),
             max_clusters_per_stream: 1024,
             max_localities_per_cluster: 64,
             max_name_bytes: 256,
@@ -65,63 +79,6 @@ impl Default for LrsConfig {
             max_cluster_labels: 256,
             max_locality_labels: 64,
         }
-    }
-}
-
-/// Why a stream or part of a report was not taken: the `reason` label of
-/// `xds_lrs_rejected_total` / `xds_hds_rejected_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reason {
-    NoNode,
-    Refused,
-    TooManyStreams,
-    UnknownCluster,
-    TooManyClusters,
-    TooManyLocalities,
-    NameTooLong,
-    BadInterval,
-    TooManyEndpoints,
-}
-
-impl Reason {
-    pub(crate) const ALL: [Reason; 9] = [
-        Reason::NoNode,
-        Reason::Refused,
-        Reason::TooManyStreams,
-        Reason::UnknownCluster,
-        Reason::TooManyClusters,
-        Reason::TooManyLocalities,
-        Reason::NameTooLong,
-        Reason::BadInterval,
-        Reason::TooManyEndpoints,
-    ];
-
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Reason::NoNode => "no_node",
-            Reason::Refused => "refused",
-            Reason::TooManyStreams => "too_many_streams",
-            Reason::UnknownCluster => "unknown_cluster",
-            Reason::TooManyClusters => "too_many_clusters",
-            Reason::TooManyLocalities => "too_many_localities",
-            Reason::NameTooLong => "name_too_long",
-            Reason::BadInterval => "bad_interval",
-            Reason::TooManyEndpoints => "too_many_endpoints",
-        }
-    }
-}
-
-/// Counters by [`Reason`].
-#[derive(Debug, Default)]
-pub(crate) struct Rejections([AtomicU64; Reason::ALL.len()]);
-
-impl Rejections {
-    pub(crate) fn add(&self, reason: Reason, n: u64) {
-        self.0[reason as usize].fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self, reason: Reason) -> u64 {
-        self.0[reason as usize].load(Ordering::Relaxed)
     }
 }
 
@@ -141,11 +98,17 @@ impl Labels {
 
     /// The label for `value`. Called once per stream and name, when a stream first reports it.
     pub(crate) fn admit(&self, value: &str) -> Arc<str> {
+        self.admit_if(value, true)
+    }
+
+    /// The label for `value`, which gets one of its own only if `eligible` (and the set has
+    /// room): an ineligible value is counted under `other` and takes no slot.
+    pub(crate) fn admit_if(&self, value: &str, eligible: bool) -> Arc<str> {
         let mut known = lock(&self.known);
         if let Some(label) = known.get(value) {
             return label.clone();
         }
-        if known.len() >= self.max || value == OTHER {
+        if !eligible || known.len() >= self.max || value == OTHER {
             return self.other.clone();
         }
         let label: Arc<str> = Arc::from(value);
@@ -220,7 +183,6 @@ pub(crate) struct StreamLoad {
 }
 
 /// Every stream's reports, the bounded labels and the counters.
-#[derive(Debug)]
 pub(crate) struct Store {
     pub(crate) config: LrsConfig,
     origin: Instant,
@@ -228,10 +190,19 @@ pub(crate) struct Store {
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamLoad>>>>,
     pub(crate) cluster_labels: Labels,
     locality_labels: Labels,
-    pub(crate) rejected: Rejections,
+    pub(crate) gate: Arc<Gate>,
+    /// Which clusters may have a label of their own (the user's predicate; asked with no lock
+    /// held).
+    pub(crate) known: Arc<dyn Fn(&str) -> bool + Send + Sync>,
     reports: AtomicU64,
     revision: watch::Sender<u64>,
     cached: Mutex<Option<(u64, u64, Arc<LoadSnapshot>)>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("config", &self.config).finish_non_exhaustive()
+    }
 }
 
 /// Window counts per (cluster label, locality label).
@@ -250,6 +221,11 @@ pub(crate) struct Registration {
 impl Store {
     pub(crate) fn new(config: LrsConfig) -> Self {
         let slot = (config.window / SLOTS as u32).max(Duration::from_millis(1));
+        let gate = Arc::new(Gate::new(
+            config.max_streams,
+            config.max_pending_streams,
+            config.first_request_timeout,
+        ));
         Self {
             cluster_labels: Labels::new(config.max_cluster_labels),
             locality_labels: Labels::new(config.max_locality_labels),
@@ -257,7 +233,8 @@ impl Store {
             origin: Instant::now(),
             slot,
             streams: Mutex::default(),
-            rejected: Rejections::default(),
+            gate,
+            known: Arc::new(|_: &str| true),
             reports: AtomicU64::new(0),
             revision: watch::Sender::new(0),
             cached: Mutex::new(None),
@@ -397,6 +374,31 @@ fn same_locality(name: &LocalityName, l: Option<&Locality>) -> bool {
 }
 
 impl Registration {
+    /// Sets the clusters the stream's reports may name (after a policy change).
+    pub(crate) fn set_only(&mut self, only: Option<HashSet<String>>) {
+        self.only = only;
+    }
+
+    /// Why one cluster's stats are not taken, if they are not: a name too long, a negative or
+    /// too long interval, a cluster the policy did not ask for.
+    fn refusal(&self, cs: &ClusterStats) -> Option<Reason> {
+        let config = &self.store.config;
+        if cs.cluster_name.len() > config.max_name_bytes {
+            return Some(Reason::NameTooLong);
+        }
+        if let Some(d) = &cs.load_report_interval
+            && (d.seconds < 0 || d.nanos < 0 || d.seconds as u64 > config.max_interval.as_secs())
+        {
+            return Some(Reason::BadInterval);
+        }
+        if let Some(only) = &self.only
+            && !only.contains(&cs.cluster_name)
+        {
+            return Some(Reason::UnknownCluster);
+        }
+        None
+    }
+
     /// Adds one report's cluster stats to the stream's load, at `now`. Everything the peer
     /// sent is bounded here: names, interval, clusters per stream, localities per cluster
     /// (rule: whatever a peer controls is bounded before it is stored); what does not fit is
@@ -406,38 +408,43 @@ impl Registration {
         let config = &store.config;
         let epoch = store.epoch(now);
         store.reports.fetch_add(1, Ordering::Relaxed);
+        let considered = stats.len().min(config.max_clusters_per_stream);
+        // The labels of clusters this stream reports for the first time, decided before the
+        // stream's lock is taken: the user's `known` predicate may read the view.
+        let new: Vec<&str> = {
+            let load = lock(&self.load);
+            stats[..considered]
+                .iter()
+                .filter(|cs| self.refusal(cs).is_none())
+                .map(|cs| cs.cluster_name.as_str())
+                .filter(|n| !load.clusters.contains_key(*n))
+                .collect()
+        };
+        let mut labels: HashMap<&str, Arc<str>> = HashMap::with_capacity(new.len());
+        for name in new {
+            if !labels.contains_key(name) {
+                let eligible = (store.known)(name);
+                labels.insert(name, store.cluster_labels.admit_if(name, eligible));
+            }
+        }
         let mut guard = lock(&self.load);
         let load = &mut *guard;
-        let considered = stats.len().min(config.max_clusters_per_stream);
         if stats.len() > considered {
-            store.rejected.add(Reason::TooManyClusters, (stats.len() - considered) as u64);
+            store.gate.rejected.add(Reason::TooManyClusters, (stats.len() - considered) as u64);
         }
         for cs in &stats[..considered] {
-            if cs.cluster_name.len() > config.max_name_bytes {
-                store.rejected.add(Reason::NameTooLong, 1);
-                continue;
-            }
-            if let Some(d) = &cs.load_report_interval
-                && (d.seconds < 0
-                    || d.nanos < 0
-                    || d.seconds as u64 > config.max_interval.as_secs())
-            {
-                store.rejected.add(Reason::BadInterval, 1);
-                continue;
-            }
-            if let Some(only) = &self.only
-                && !only.contains(&cs.cluster_name)
-            {
-                store.rejected.add(Reason::UnknownCluster, 1);
+            if let Some(reason) = self.refusal(cs) {
+                store.gate.rejected.add(reason, 1);
                 continue;
             }
             if !load.clusters.contains_key(cs.cluster_name.as_str()) {
                 if load.clusters.len() >= config.max_clusters_per_stream {
-                    store.rejected.add(Reason::TooManyClusters, 1);
+                    store.gate.rejected.add(Reason::TooManyClusters, 1);
                     continue;
                 }
+                let label = labels.get(cs.cluster_name.as_str()).cloned();
                 let state = ClusterState {
-                    label: store.cluster_labels.admit(&cs.cluster_name),
+                    label: label.unwrap_or_else(|| store.cluster_labels.admit_if(OTHER, false)),
                     dropped: Ring::default(),
                     localities: Vec::new(),
                 };
@@ -452,13 +459,14 @@ impl Registration {
             let considered = localities.len().min(config.max_localities_per_cluster);
             if localities.len() > considered {
                 store
+                    .gate
                     .rejected
                     .add(Reason::TooManyLocalities, (localities.len() - considered) as u64);
             }
             for ls in &localities[..considered] {
                 let locality = ls.locality.as_ref();
                 if locality_len(locality) > config.max_name_bytes {
-                    store.rejected.add(Reason::NameTooLong, 1);
+                    store.gate.rejected.add(Reason::NameTooLong, 1);
                     continue;
                 }
                 let index = match cluster
@@ -468,7 +476,7 @@ impl Registration {
                 {
                     Some(i) => i,
                     None if cluster.localities.len() >= config.max_localities_per_cluster => {
-                        store.rejected.add(Reason::TooManyLocalities, 1);
+                        store.gate.rejected.add(Reason::TooManyLocalities, 1);
                         continue;
                     }
                     None => {
