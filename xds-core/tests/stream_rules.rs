@@ -1,6 +1,7 @@
 //! The whole stream on a virtual clock: ordering across types, ACK gating, timers and events.
 //!
 //! Time is a value these tests move by hand; nothing sleeps.
+#![allow(clippy::unwrap_used)]
 
 mod util;
 
