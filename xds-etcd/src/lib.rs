@@ -5,7 +5,7 @@
 //! transaction is never served half-applied), resumes its watch after a disconnect from the
 //! revision after the last it applied, reads everything again when that revision was compacted,
 //! and keeps the last valid state while etcd is unreachable or a revision is invalid.
-//! [`publish`] writes a whole configuration as one transaction.
+//! [`publish()`] writes a whole configuration as one transaction.
 //!
 //! Replicas agree because versions are content hashes: the same keys give the same
 //! [`EncodedResource`](xds_proto::EncodedResource) versions and the same per-type versions in
