@@ -5,6 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The replica tests (examples/xds-file-server/tests/etcd.rs) start a real etcd; they skip only
+# when it is absent, so install it here (Debian's etcd-server; this script may run as root).
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "== installing etcd (Debian package etcd-server) for the replica tests"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get install -y etcd-server >/dev/null 2>&1 \
+    || { $sudo_ apt-get update >/dev/null && $sudo_ apt-get install -y etcd-server >/dev/null; }
+  # The package starts a system etcd on the default ports; the tests use their own.
+  $sudo_ systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
+
 echo "== cargo test (workspace, benches as smoke tests)"
 cargo test --workspace
 cargo test --workspace --benches

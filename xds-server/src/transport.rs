@@ -47,6 +47,16 @@ pub struct TransportConfig {
     pub max_accept_backoff: Duration,
     /// `TCP_NODELAY` on accepted connections (true).
     pub nodelay: bool,
+    /// Close a connection this long after it was accepted (`None`, the default: never). With
+    /// several replicas behind a load balancer, clients that all moved to the survivors when one
+    /// replica went away spread out again once it is back. tonic does not expose HTTP/2 GOAWAY,
+    /// so the connection is closed: an xDS client reconnects, and since it resends the versions
+    /// it holds it is resent nothing unchanged.
+    pub max_connection_age: Option<Duration>,
+    /// Each connection's age varies at random by up to this fraction of
+    /// `max_connection_age` either way (0.1), so connections opened together (after a replica
+    /// restart) do not all close together.
+    pub max_connection_age_jitter: f64,
 }
 
 impl Default for TransportConfig {
@@ -57,6 +67,8 @@ impl Default for TransportConfig {
             accept_backoff: Duration::from_millis(100),
             max_accept_backoff: Duration::from_secs(1),
             nodelay: true,
+            max_connection_age: None,
+            max_connection_age_jitter: 0.1,
         }
     }
 }
@@ -248,10 +260,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                         let _ = tcp.set_nodelay(true);
                     }
                     let deadline = Instant::now() + self.config.handshake_timeout;
+                    let max_age = self
+                        .config
+                        .max_connection_age
+                        .map(|age| jittered(age, self.config.max_connection_age_jitter));
                     let upgrade = (self.upgrade)(tcp);
                     self.handshakes.push(Box::pin(async move {
                         match tokio::time::timeout_at(deadline, upgrade).await {
-                            Ok(Ok(io)) => Some(Conn::new(io, deadline)),
+                            Ok(Ok(io)) => Some(Conn::new(io, deadline, max_age)),
                             Ok(Err(e)) => {
                                 tracing::debug!(%addr, error = %e, "TLS handshake failed");
                                 None
@@ -338,11 +354,28 @@ pub struct Conn<S> {
     inner: S,
     deadline: Option<Pin<Box<Sleep>>>,
     read: usize,
+    /// When the connection has lived its [`TransportConfig::max_connection_age`].
+    expires: Option<Pin<Box<Sleep>>>,
+}
+
+/// `age` varied at random by up to `jitter` (a fraction) either way.
+fn jittered(age: Duration, jitter: f64) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A fresh SipHash key per call is randomness enough for spreading reconnects.
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let unit = (random >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+    let jitter = jitter.clamp(0.0, 1.0);
+    age.mul_f64(1.0 - jitter + 2.0 * jitter * unit)
 }
 
 impl<S> Conn<S> {
-    fn new(inner: S, deadline: Instant) -> Self {
-        Conn { inner, deadline: Some(Box::pin(tokio::time::sleep_until(deadline))), read: 0 }
+    fn new(inner: S, deadline: Instant, max_age: Option<Duration>) -> Self {
+        Conn {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
+            read: 0,
+            expires: max_age.map(|age| Box::pin(tokio::time::sleep(age))),
+        }
     }
 
     /// The connection inside.
@@ -358,6 +391,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if let Some(expires) = &mut this.expires
+            && expires.as_mut().poll(cx).is_ready()
+        {
+            // Past its maximum age: the server sees the connection end, closes its streams, and
+            // the client reconnects (to whichever replica the balancer picks).
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the connection reached its maximum age",
+            )));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Some(deadline) = &mut this.deadline {
@@ -410,5 +453,21 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_ages_vary_within_the_jitter() {
+        let age = Duration::from_secs(100);
+        let ages: Vec<Duration> = (0..200).map(|_| jittered(age, 0.1)).collect();
+        assert!(
+            ages.iter().all(|a| *a >= Duration::from_secs(90) && *a <= Duration::from_secs(110))
+        );
+        assert!(ages.iter().any(|a| *a != ages[0]), "the ages vary");
+        assert_eq!(jittered(age, 0.0), age);
     }
 }

@@ -37,6 +37,11 @@ pub(crate) struct ConfigState {
     pub(crate) resources: std::collections::BTreeMap<&'static str, u64>,
     /// Files parsed since start (unchanged files are not parsed again).
     pub(crate) files_parsed: u64,
+    /// From etcd: why the served state may be behind the source (etcd unreachable), or `None`
+    /// while the watch is established. `/ready` answers 503 with it.
+    pub(crate) stale: Option<String>,
+    /// From etcd: the revision served.
+    pub(crate) revision: Option<i64>,
 }
 
 /// What `/config_dump` reads: the served snapshots and the function that picks a node's group
@@ -122,7 +127,7 @@ pub(crate) fn admin_router(
             }
         }))
         .route("/ready", get(move || {
-            let answer = crate::reload::ready(&ready);
+            let answer = crate::etcd::stale(&ready).unwrap_or_else(|| crate::reload::ready(&ready));
             async move { answer }
         }))
         .route("/metrics", get(move || {

@@ -37,7 +37,11 @@ Point a proxyless gRPC client at it (GRPC_XDS_BOOTSTRAP_CONFIG), then dial xds:/
   {{"xds_servers": [{{"server_uri": "{host}:{port}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"]}}],
    "node": {{"id": "grpc-client-1", "cluster": "grpc-clients"}}}}
 "#,
-        config = args.config.display(),
+        config = if args.etcd.is_empty() {
+            args.config.display().to_string()
+        } else {
+            crate::etcd::describe(&args.etcd, &args.prefix)
+        },
         protocol_options = <HttpProtocolOptions as prost::Name>::type_url(),
         grpc = args.grpc_addr,
         http = args.http_addr,

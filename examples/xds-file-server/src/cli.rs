@@ -14,6 +14,9 @@ use crate::config;
 /// the build machine's checkout).
 pub const DEFAULT_CONFIG: &str = "xds-file-server.yaml";
 
+/// The etcd key prefix used when `--prefix` is not given.
+pub const DEFAULT_PREFIX: &str = "/xds";
+
 /// The version line of `--version`: the package version and the commit it was built from.
 pub const VERSION: &str =
     concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("XDS_BUILD_COMMIT"), ")");
@@ -30,6 +33,23 @@ pub struct Args {
     /// directory (the repository ships `examples/xds-file-server/config/default.yaml`).
     #[arg(long, default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
+    /// Serve from etcd instead of files: the endpoint(s) (`http://host:2379`, comma-separated
+    /// for a cluster). Every replica started on the same --prefix serves the same resources
+    /// with the same versions; write them with `xds-file-server publish`. See docs/scaling.md.
+    #[arg(long, value_delimiter = ',', conflicts_with = "config")]
+    pub etcd: Vec<String>,
+    /// The etcd key prefix the resources live under (`<prefix>/<group>/<type>/<name>`).
+    #[arg(long, default_value = DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// Close each gRPC connection after this many seconds (plus or minus the jitter), so that
+    /// clients rebalance over replicas after one returns; they reconnect and, holding the same
+    /// versions, are resent nothing. 0: never.
+    #[arg(long, default_value_t = 0)]
+    pub max_connection_age_s: u64,
+    /// The fraction of --max-connection-age-s by which each connection's age varies at random,
+    /// so that connections opened together do not all close together.
+    #[arg(long, default_value_t = 0.1)]
+    pub max_connection_age_jitter: f64,
     /// Where gRPC xDS (ADS, per-type services, CSDS) listens.
     #[arg(long, default_value = "127.0.0.1:18000")]
     pub grpc_addr: SocketAddr,
@@ -97,7 +117,7 @@ pub struct Args {
     #[arg(long, default_value_t = Limits::default().max_requests_per_second)]
     pub max_requests_per_second: u32,
     /// `control_plane.identifier` on every response, so a proxy's config dump shows which
-    /// replica answered (rule C5). Default: none.
+    /// replica answered (rule C5). Default: this host's name and the gRPC port (`host:18000`).
     #[arg(long)]
     pub control_plane_id: Option<String>,
     /// Also write the default group's resources as DiscoveryResponse files here (Envoy
@@ -151,6 +171,23 @@ pub enum Command {
     /// Load a configuration as the server would, print what each group serves, and exit non-zero
     /// with the errors if it would be refused. Serves nothing.
     Check {
+        /// A YAML or JSON file, or a directory of them.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Refuse a configuration file larger than this many bytes.
+        #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
+        max_config_bytes: u64,
+    },
+    /// Check a configuration as `check` does and, if it is valid, write it into etcd as one
+    /// transaction: every replica on the prefix switches to it at once. Keys the configuration
+    /// lacks are deleted. An invalid configuration changes nothing.
+    Publish {
+        /// The etcd endpoint(s), comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        /// The key prefix.
+        #[arg(long, default_value = DEFAULT_PREFIX)]
+        prefix: String,
         /// A YAML or JSON file, or a directory of them.
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,

@@ -22,6 +22,7 @@ mod banner;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod etcd;
 mod reload;
 
 use admin::{ConfigDump, ConfigState, admin_router};
@@ -37,7 +38,8 @@ use reload::{ReloadTiming, Reloader, publish};
 /// Start-up failures: an unreadable or invalid initial configuration, a port that cannot be bound,
 /// unreadable TLS files. Once serving, reload errors are reported, not returned.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    if args.config.as_os_str() == cli::DEFAULT_CONFIG && !args.config.exists() {
+    let from_etcd = !args.etcd.is_empty();
+    if !from_etcd && args.config.as_os_str() == cli::DEFAULT_CONFIG && !args.config.exists() {
         return Err(format!(
             "cannot start: no --config given and no {} in the working directory {}; pass \
              --config FILE|DIR (the repository ships examples/xds-file-server/config/default.yaml)",
@@ -46,10 +48,21 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
-    let mut loader = config::Loader::new(&args.config, args.max_config_bytes);
-    let loaded = config::fingerprint(&args.config);
-    let initial = loader.load().map_err(|e| format!("cannot start: {}", e.into_config_error()))?;
-    let group_names = Arc::new(RwLock::new(initial.groups.keys().cloned().collect::<Vec<_>>()));
+    // From etcd, nothing is served (and /ready says so) until the source's first valid read.
+    let files = if from_etcd {
+        None
+    } else {
+        let mut loader = config::Loader::new(&args.config, args.max_config_bytes);
+        let loaded = config::fingerprint(&args.config);
+        let initial =
+            loader.load().map_err(|e| format!("cannot start: {}", e.into_config_error()))?;
+        Some((loader, loaded, initial))
+    };
+    let initial_names = files
+        .as_ref()
+        .map(|(_, _, initial)| initial.groups.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    let group_names = Arc::new(RwLock::new(initial_names));
     let names = group_names.clone();
     // A node is served the group named by its id, else by its cluster, else the default group.
     // The authorization policy groups with the same function (finding 3).
@@ -73,10 +86,17 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let cache = SnapshotCache::new(grouping.clone());
     let grouping_for_dump = grouping.clone();
     let state = Arc::new(Mutex::new(ConfigState {
-        path: args.config.display().to_string(),
+        path: if from_etcd {
+            etcd::describe(&args.etcd, &args.prefix)
+        } else {
+            args.config.display().to_string()
+        },
         ..Default::default()
     }));
-    publish(&cache, initial, &group_names, &state);
+    let files = files.map(|(loader, loaded, initial)| {
+        publish(&cache, initial, &group_names, &state);
+        (loader, loaded)
+    });
 
     let limits = Limits {
         max_request_bytes: args.max_request_bytes,
@@ -87,7 +107,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut builder = XdsServer::builder(cache.clone()).config(ServerConfig {
         allow_anonymous: args.allow_anonymous,
-        control_plane_id: args.control_plane_id.clone(),
+        control_plane_id: Some(
+            args.control_plane_id.clone().unwrap_or_else(|| etcd::default_id(args.grpc_addr)),
+        ),
         limits,
         ..Default::default()
     });
@@ -137,22 +159,40 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
         ..Default::default()
     };
+    // Only the gRPC port's connections age: REST requests are short-lived.
+    let grpc_transport = TransportConfig {
+        max_connection_age: Some(Duration::from_secs(args.max_connection_age_s))
+            .filter(|d| !d.is_zero()),
+        max_connection_age_jitter: args.max_connection_age_jitter.clamp(0.0, 1.0),
+        ..transport.clone()
+    };
 
-    state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed = loader.parsed_total();
-    Reloader {
-        loader,
-        loaded,
-        timing: ReloadTiming {
-            quiet: Duration::from_millis(args.reload_quiet_ms),
-            poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
-            force_polling: args.reload_poll_ms.is_some(),
-        },
-        cache: cache.clone(),
-        names: group_names.clone(),
-        state: state.clone(),
+    match files {
+        Some((loader, loaded)) => {
+            state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed = loader.parsed_total();
+            Reloader {
+                loader,
+                loaded,
+                timing: ReloadTiming {
+                    quiet: Duration::from_millis(args.reload_quiet_ms),
+                    poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
+                    force_polling: args.reload_poll_ms.is_some(),
+                },
+                cache: cache.clone(),
+                names: group_names.clone(),
+                state: state.clone(),
+            }
+            .spawn()
+            .map_err(|e| format!("cannot start the reload thread: {e}"))?;
+        }
+        None => etcd::spawn(
+            &args.etcd,
+            &args.prefix,
+            cache.clone(),
+            group_names.clone(),
+            state.clone(),
+        )?,
     }
-    .spawn()
-    .map_err(|e| format!("cannot start the reload thread: {e}"))?;
     if let Some(dir) = &args.write_dir {
         let format = match args.write_format {
             Format::Yaml => FileFormat::Yaml,
@@ -199,7 +239,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             http = %args.http_addr,
             admin = %args.admin_addr,
             tls = tls.is_some(),
-            config = %args.config.display(),
+            config = %state.lock().unwrap_or_else(|e| e.into_inner()).path,
             "serving"
         );
     }
@@ -224,11 +264,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .add_routes(server.routes());
     match tls {
         Some(tls) => {
-            let incoming = Incoming::tls(grpc_listener, transport, tls);
+            let incoming = Incoming::tls(grpc_listener, grpc_transport, tls);
             grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
         }
         None => {
-            let incoming = Incoming::plain(grpc_listener, transport);
+            let incoming = Incoming::plain(grpc_listener, grpc_transport);
             grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
         }
     }

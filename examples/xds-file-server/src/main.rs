@@ -10,12 +10,27 @@ use xds_file_server::cli::{Args, Command, LogFormat};
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut args = Args::parse();
-    if let Some(Command::Check { config, max_config_bytes }) = args.command.take() {
+    let command = args.command.take();
+    if let Some(Command::Check { config, max_config_bytes }) = &command {
+        let (config, max_config_bytes) = (config.clone(), *max_config_bytes);
         let mut out = std::io::stdout().lock();
         return match xds_file_server::check::check(&config, max_config_bytes, &mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("xds-file-server check: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Command::Publish { etcd, prefix, config, max_config_bytes }) = command {
+        return match xds_file_server::etcd::publish(&etcd, &prefix, &config, max_config_bytes).await
+        {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xds-file-server publish: {e}");
                 ExitCode::FAILURE
             }
         };

@@ -43,10 +43,17 @@ impl Running {
     /// Starts the binary on free loopback ports and waits until the admin port answers
     /// `/healthz` (every port is bound before any answers).
     pub async fn start(config: &Path, extra: &[&str]) -> Running {
+        let mut args = vec!["--config".to_owned(), config.display().to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Running::start_with(&args).await
+    }
+
+    /// Starts the binary with `args` (and free loopback ports) and waits until the admin port
+    /// answers `/healthz`.
+    pub async fn start_with(args: &[String]) -> Running {
         let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
+        let extra = args;
         let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
-            .arg("--config")
-            .arg(config)
             .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
             .args(["--admin-addr", &admin.to_string()])
             .args(["--log", "warn"])

@@ -1,0 +1,551 @@
+//! Replicas fed from a real etcd (started by each test on free ports with a scratch data dir;
+//! skipped, saying so, only when no `etcd` binary is installed — `examples/run-all-tests.sh`
+//! installs it). Clients are raw SotW and delta ADS streams that count what they are sent.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Endpoint;
+use xds_etcd::EtcdClient;
+use xds_etcd::wire::{PutRequest, RequestOp, TxnRequest, request_op};
+use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_proto::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+
+mod common;
+use common::*;
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+/// A single-member etcd on free loopback ports, killed when dropped.
+struct Etcd {
+    child: Option<Child>,
+    client: SocketAddr,
+    peer: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    /// Starts etcd, or `None` (with a message) when the binary is not installed.
+    async fn start(name: &str) -> Option<Etcd> {
+        if Command::new("etcd").arg("--version").output().is_err() {
+            eprintln!(
+                "SKIPPED: no `etcd` binary (apt-get install -y etcd-server; \
+                 examples/run-all-tests.sh installs it)"
+            );
+            return None;
+        }
+        let mut etcd = Etcd {
+            child: None,
+            client: free_addr(),
+            peer: free_addr(),
+            dir: temp_dir(&format!("etcd-{name}")),
+        };
+        etcd.spawn().await;
+        Some(etcd)
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.client)
+    }
+
+    async fn spawn(&mut self) {
+        let (client, peer) = (format!("http://{}", self.client), format!("http://{}", self.peer));
+        let log = std::fs::File::create(self.dir.join("etcd.log")).unwrap();
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(self.dir.join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}")])
+            .args(["--max-txn-ops", "10000"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let client = self.client();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client.range_prefix(b"/").await.is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start; see {}", self.dir.display());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn client(&self) -> EtcdClient {
+        EtcdClient::new(&[self.url()]).unwrap()
+    }
+
+    async fn revision(&self) -> i64 {
+        self.client().range_prefix(b"/").await.unwrap().header.unwrap().revision
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A TCP proxy in front of etcd that the test can cut (closing every connection and refusing
+/// new ones) and restore: one replica loses etcd while the others keep it.
+struct Proxy {
+    addr: SocketAddr,
+    blocked: watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (blocked, watcher) = watch::channel(false);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { continue };
+                if *watcher.borrow() {
+                    continue; // dropped: refused
+                }
+                let mut cut = watcher.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.wait_for(|b| *b) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, blocked }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn cut(&self, yes: bool) {
+        self.blocked.send_replace(yes);
+    }
+}
+
+/// Writes `clusters.yaml` in `dir`: one STATIC cluster per (name, connect timeout seconds).
+fn write_config(dir: &Path, clusters: &[(&str, u32)]) {
+    let mut text = String::from("resources:\n");
+    for (name, timeout) in clusters {
+        text.push_str(&format!(
+            "  - \"@type\": {CDS}\n    name: {name}\n    type: STATIC\n    connect_timeout: {timeout}s\n"
+        ));
+    }
+    std::fs::write(dir.join("clusters.yaml"), text).unwrap();
+}
+
+/// Runs `xds-file-server publish`: whether it succeeded, and what it printed.
+fn publish(etcd: &str, prefix: &str, dir: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+        .args(["publish", "--etcd", etcd, "--prefix", prefix, "--config"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+async fn replica(etcd: &str, prefix: &str) -> Running {
+    let args = ["--etcd", etcd, "--prefix", prefix].map(str::to_owned);
+    let running = Running::start_with(&args).await;
+    wait_ready(&running, true).await;
+    running
+}
+
+/// Waits until `/ready` answers 200 (`ready`) or 503 (`!ready`); returns the body.
+async fn wait_ready(running: &Running, ready: bool) -> String {
+    let want = if ready { 200 } else { 503 };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((code, body)) = running.get("/ready").await
+            && code == want
+        {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/ready never answered {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn node(id: &str) -> Option<Node> {
+    Some(Node { id: id.into(), ..Default::default() })
+}
+
+async fn ads(addr: SocketAddr) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
+    let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    AggregatedDiscoveryServiceClient::new(channel)
+}
+
+/// A SotW ADS client of every cluster, holding what it was sent.
+struct Sotw {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+    version: String,
+    names: Vec<String>,
+    replica: String,
+}
+
+impl Sotw {
+    /// Opens a stream, presenting `held` (the version and names a client already has) as a
+    /// reconnecting client does.
+    async fn open(addr: SocketAddr, held: Option<&Sotw>) -> Sotw {
+        let (tx, rx) = mpsc::channel(4);
+        let request = DiscoveryRequest {
+            node: node("sotw"),
+            type_url: CDS.into(),
+            version_info: held.map(|h| h.version.clone()).unwrap_or_default(),
+            ..Default::default()
+        };
+        tx.send(request).await.unwrap();
+        let rx = ads(addr)
+            .await
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let (version, names) =
+            held.map(|h| (h.version.clone(), h.names.clone())).unwrap_or_default();
+        Sotw { tx, rx, version, names, replica: String::new() }
+    }
+
+    /// Waits for a response, ACKs it, and returns its cluster names.
+    async fn next(&mut self) -> Vec<String> {
+        let response = tokio::time::timeout(Duration::from_secs(15), self.rx.message())
+            .await
+            .expect("a SotW response in time")
+            .unwrap()
+            .expect("the stream stays open");
+        self.tx
+            .send(DiscoveryRequest {
+                node: node("sotw"),
+                type_url: CDS.into(),
+                version_info: response.version_info.clone(),
+                response_nonce: response.nonce.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        self.version = response.version_info.clone();
+        self.replica = response.control_plane.map(|c| c.identifier).unwrap_or_default();
+        let mut names: Vec<String> = response
+            .resources
+            .iter()
+            .map(|a| Cluster::decode(&a.value[..]).unwrap().name)
+            .collect();
+        names.sort();
+        self.names = names.clone();
+        names
+    }
+
+    async fn quiet(&mut self) {
+        let next = tokio::time::timeout(Duration::from_millis(700), self.rx.message()).await;
+        assert!(next.is_err(), "SotW was sent something: {next:?}");
+    }
+}
+
+/// A delta ADS client of every cluster, holding each resource's version.
+struct Delta {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    rx: Streaming<DeltaDiscoveryResponse>,
+    held: BTreeMap<String, String>,
+    /// Resources received on this stream.
+    received: usize,
+}
+
+impl Delta {
+    async fn open(addr: SocketAddr, held: BTreeMap<String, String>) -> Delta {
+        let (tx, rx) = mpsc::channel(4);
+        let request = DeltaDiscoveryRequest {
+            node: node("delta"),
+            type_url: CDS.into(),
+            initial_resource_versions: held.clone().into_iter().collect(),
+            ..Default::default()
+        };
+        tx.send(request).await.unwrap();
+        let rx = ads(addr)
+            .await
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Delta { tx, rx, held, received: 0 }
+    }
+
+    /// Waits for a response, ACKs it, and returns (added or updated, removed) names.
+    async fn next(&mut self) -> (Vec<String>, Vec<String>) {
+        let response: DeltaDiscoveryResponse =
+            tokio::time::timeout(Duration::from_secs(15), self.rx.message())
+                .await
+                .expect("a delta response in time")
+                .unwrap()
+                .expect("the stream stays open");
+        self.tx
+            .send(DeltaDiscoveryRequest {
+                type_url: CDS.into(),
+                response_nonce: response.nonce.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut added = Vec::new();
+        for r in &response.resources {
+            self.received += 1;
+            self.held.insert(r.name.clone(), r.version.clone());
+            added.push(r.name.clone());
+        }
+        for name in &response.removed_resources {
+            self.held.remove(name);
+        }
+        added.sort();
+        let mut removed = response.removed_resources.clone();
+        removed.sort();
+        (added, removed)
+    }
+
+    async fn quiet(&mut self) {
+        let next = tokio::time::timeout(Duration::from_millis(700), self.rx.message()).await;
+        assert!(next.is_err(), "delta was sent something: {next:?}");
+    }
+
+    /// Takes (and ACKs) whatever arrives until the stream has been quiet for a while; the
+    /// resources among it are counted in `received`. (A reconnect may be answered with an empty
+    /// response: that resends nothing.)
+    async fn settle(&mut self) {
+        while let Ok(next) =
+            tokio::time::timeout(Duration::from_millis(700), self.rx.message()).await
+        {
+            let response = next.unwrap().expect("the stream stays open");
+            self.received += response.resources.len();
+            self.tx
+                .send(DeltaDiscoveryRequest {
+                    type_url: CDS.into(),
+                    response_nonce: response.nonce.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+    }
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_agree_and_a_failed_over_client_is_resent_nothing() {
+    let Some(etcd) = Etcd::start("replicas").await else { return };
+    let dir = temp_dir("etcd-replicas-config");
+    write_config(&dir, &[("a", 1), ("b", 1)]);
+    let (ok, out) = publish(&etcd.url(), "/t", &dir);
+    assert!(ok, "{out}");
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(replica(&etcd.url(), "/t").await);
+    }
+    let mut sotw = Vec::new();
+    let mut delta = Vec::new();
+    for r in &replicas {
+        let mut s = Sotw::open(r.grpc, None).await;
+        assert_eq!(s.next().await, names(&["a", "b"]));
+        sotw.push(s);
+        let mut d = Delta::open(r.grpc, BTreeMap::new()).await;
+        assert_eq!(d.next().await.0, names(&["a", "b"]));
+        delta.push(d);
+    }
+    // Every replica: identical versions, and its own control_plane.identifier.
+    assert!(sotw.iter().all(|s| s.version == sotw[0].version), "SotW versions differ");
+    assert!(delta.iter().all(|d| d.held == delta[0].held), "delta versions differ");
+    assert!(
+        sotw[0].replica.ends_with(&format!(":{}", replicas[0].grpc.port())),
+        "{}",
+        sotw[0].replica
+    );
+    assert_ne!(sotw[0].replica, sotw[1].replica, "replicas name themselves");
+
+    // A publish reaches every client on every replica, with identical versions.
+    write_config(&dir, &[("a", 1), ("b", 2), ("c", 1)]);
+    let (ok, out) = publish(&etcd.url(), "/t", &dir);
+    assert!(ok, "{out}");
+    assert!(out.contains("2 keys written, 0 deleted, 1 unchanged"), "{out}");
+    for (s, d) in sotw.iter_mut().zip(delta.iter_mut()) {
+        assert_eq!(s.next().await, names(&["a", "b", "c"]));
+        assert_eq!(d.next().await, (names(&["b", "c"]), vec![]), "only what changed");
+    }
+    assert!(sotw.iter().all(|s| s.version == sotw[0].version), "SotW versions differ");
+    assert!(delta.iter().all(|d| d.held == delta[0].held), "delta versions differ");
+
+    // kill -9 replica 0: its clients reconnect to replica 1 presenting what they hold, and are
+    // sent nothing (counted: no message at all, then only the next change).
+    let mut dead = replicas.remove(0);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let (old_sotw, old_delta) = (sotw.remove(0), delta.remove(0));
+    let mut s = Sotw::open(replicas[0].grpc, Some(&old_sotw)).await;
+    let mut d = Delta::open(replicas[0].grpc, old_delta.held.clone()).await;
+    s.quiet().await;
+    d.settle().await;
+    assert_eq!(d.received, 0, "resources resent after failover");
+    write_config(&dir, &[("a", 1), ("b", 2), ("c", 3)]);
+    let (ok, out) = publish(&etcd.url(), "/t", &dir);
+    assert!(ok, "{out}");
+    assert_eq!(d.next().await, (names(&["c"]), vec![]), "only the change, nothing held resent");
+    assert_eq!(d.received, 1);
+    assert_eq!(s.next().await, names(&["a", "b", "c"]));
+    assert_eq!(sotw[0].next().await, names(&["a", "b", "c"]));
+    assert_eq!(s.version, sotw[0].version, "the failed-over client agrees with the replica's own");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_keep_serving_while_etcd_is_down_and_catch_up_after() {
+    let Some(mut etcd) = Etcd::start("outage").await else { return };
+    let dir = temp_dir("etcd-outage-config");
+    write_config(&dir, &[("a", 1)]);
+    assert!(publish(&etcd.url(), "/o", &dir).0);
+    let replicas = [replica(&etcd.url(), "/o").await, replica(&etcd.url(), "/o").await];
+    let mut d = Delta::open(replicas[0].grpc, BTreeMap::new()).await;
+    assert_eq!(d.next().await.0, names(&["a"]));
+
+    etcd.kill();
+    let down = Instant::now();
+    for r in &replicas {
+        let body = wait_ready(r, false).await;
+        assert!(body.contains("stale"), "{body}");
+    }
+    // Ten seconds without etcd: both replicas serve what they have, to old and new clients.
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(down.elapsed())).await;
+    for r in &replicas {
+        let mut fresh = Sotw::open(r.grpc, None).await;
+        assert_eq!(fresh.next().await, names(&["a"]));
+        assert!(r.get("/ready").await.unwrap().1.contains("stale"));
+    }
+    d.quiet().await;
+
+    etcd.spawn().await;
+    for r in &replicas {
+        wait_ready(r, true).await;
+    }
+    write_config(&dir, &[("a", 1), ("b", 1)]);
+    let (ok, out) = publish(&etcd.url(), "/o", &dir);
+    assert!(ok, "{out}");
+    assert_eq!(d.next().await, (names(&["b"]), vec![]));
+    let mut late = Delta::open(replicas[1].grpc, BTreeMap::new()).await;
+    assert_eq!(late.next().await.0, names(&["a", "b"]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_revision_was_compacted_reads_everything_again() {
+    let Some(etcd) = Etcd::start("compact").await else { return };
+    let proxy = Proxy::start(etcd.client).await;
+    let dir = temp_dir("etcd-compact-config");
+    write_config(&dir, &[("a", 1), ("gone", 1)]);
+    assert!(publish(&etcd.url(), "/c", &dir).0);
+    let r = replica(&proxy.url(), "/c").await;
+    let mut d = Delta::open(r.grpc, BTreeMap::new()).await;
+    assert_eq!(d.next().await.0, names(&["a", "gone"]));
+
+    proxy.cut(true);
+    assert!(wait_ready(&r, false).await.contains("stale"));
+    // Two publishes the replica misses, then the history it would resume from is compacted.
+    write_config(&dir, &[("a", 2), ("gone", 1)]);
+    assert!(publish(&etcd.url(), "/c", &dir).0);
+    write_config(&dir, &[("a", 2), ("b", 1)]);
+    assert!(publish(&etcd.url(), "/c", &dir).0);
+    let revision = etcd.revision().await;
+    etcd.client().compact(revision).await.unwrap();
+
+    proxy.cut(false);
+    wait_ready(&r, true).await;
+    // The full read is applied as one change: the client sees the end state, not the history
+    // (the updates, and the removal, which the server may send in a response of its own).
+    let (updated, mut removed) = d.next().await;
+    assert_eq!(updated, names(&["a", "b"]));
+    if removed.is_empty() {
+        removed = d.next().await.1;
+    }
+    assert_eq!(removed, names(&["gone"]));
+    assert_eq!(d.held.keys().collect::<Vec<_>>(), ["a", "b"]);
+    let state = r.config_state().await;
+    assert_eq!(state["revision"], revision, "{state}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_config_is_refused_and_changes_nothing() {
+    let Some(etcd) = Etcd::start("invalid").await else { return };
+    let dir = temp_dir("etcd-invalid-config");
+    write_config(&dir, &[("a", 1)]);
+    assert!(publish(&etcd.url(), "/i", &dir).0);
+    let r = replica(&etcd.url(), "/i").await;
+    let mut s = Sotw::open(r.grpc, None).await;
+    assert_eq!(s.next().await, names(&["a"]));
+
+    // `publish` refuses a configuration the loader refuses: nothing is written.
+    let before = etcd.revision().await;
+    std::fs::write(
+        dir.join("bad.yaml"),
+        format!("resources:\n  - \"@type\": {CDS}\n    name: x\n    bogus: 1\n"),
+    )
+    .unwrap();
+    let (ok, out) = publish(&etcd.url(), "/i", &dir);
+    assert!(!ok && out.contains("refused, nothing published") && out.contains("bogus"), "{out}");
+    assert_eq!(etcd.revision().await, before, "etcd unchanged");
+    s.quiet().await;
+
+    // A value written behind publish's back that names another resource than its key: the
+    // replica rejects that revision, says so on /ready, and keeps serving.
+    let value =
+        xds_proto::EncodedResource::new(&Cluster { name: "y".into(), ..Default::default() })
+            .unwrap()
+            .to_any()
+            .encode_to_vec();
+    let put = RequestOp {
+        request: Some(request_op::Request::RequestPut(PutRequest {
+            key: b"/i//envoy.config.cluster.v3.Cluster/x".to_vec(),
+            value,
+        })),
+    };
+    etcd.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
+    let body = wait_ready(&r, false).await;
+    assert!(body.contains("names \"y\""), "{body}");
+    s.quiet().await;
+    let mut fresh = Sotw::open(r.grpc, None).await;
+    assert_eq!(fresh.next().await, names(&["a"]));
+
+    // The next valid publish (which deletes the stray key) is served.
+    std::fs::remove_file(dir.join("bad.yaml")).unwrap();
+    write_config(&dir, &[("a", 1), ("b", 1)]);
+    let (ok, out) = publish(&etcd.url(), "/i", &dir);
+    assert!(ok && out.contains("1 deleted"), "{out}");
+    assert_eq!(s.next().await, names(&["a", "b"]));
+    wait_ready(&r, true).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,136 @@
+//! Where a resource lives in etcd, and how its value is read.
+//!
+//! ```text
+//! <prefix>/<group>/<type>/<name>
+//! ```
+//!
+//! `<group>` is the node group (the default group, served to nodes no other group names, is the
+//! empty segment: `<prefix>//<type>/<name>`); it may not contain `/`. `<type>` is the resource's
+//! full message name (`envoy.config.cluster.v3.Cluster`), `<name>` the resource's name (it may
+//! contain `/`, as `xdstp://` names do: everything after the type's `/` is the name). The value is
+//! the resource as a protobuf `google.protobuf.Any`, or as proto3 JSON with an `"@type"` (what the
+//! file server's configuration lists); its type and name must match the key.
+
+use xds_proto::pb::google::protobuf::Any;
+use xds_proto::{EncodedResource, TYPE_URL_PREFIX};
+
+/// A key split into its parts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceKey {
+    /// The group ("" for the default group).
+    pub group: String,
+    /// The full message name of the resource's type.
+    pub type_name: String,
+    /// The resource name.
+    pub name: String,
+}
+
+/// The largest value accepted for one resource: etcd's own request limit is 1.5 MiB by default;
+/// anything past 4 MiB is not a resource a proxy should be sent.
+pub const MAX_VALUE_BYTES: usize = 4 << 20;
+
+impl ResourceKey {
+    /// Parses `key` under `prefix` (which ends with `/`).
+    ///
+    /// # Errors
+    ///
+    /// A key outside the prefix, not UTF-8, or with fewer than three segments.
+    pub fn parse(prefix: &str, key: &[u8]) -> Result<ResourceKey, String> {
+        let key = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_owned())?;
+        let rest =
+            key.strip_prefix(prefix).ok_or_else(|| format!("{key:?} is outside {prefix:?}"))?;
+        let mut parts = rest.splitn(3, '/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(group), Some(type_name), Some(name))
+                if !type_name.is_empty() && !name.is_empty() =>
+            {
+                Ok(ResourceKey {
+                    group: group.into(),
+                    type_name: type_name.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(format!("{key:?} is not laid out as <prefix>/<group>/<type>/<name>")),
+        }
+    }
+
+    /// The key of a resource in `group` under `prefix` (which ends with `/`).
+    pub fn of(prefix: &str, group: &str, resource: &EncodedResource) -> String {
+        format!("{prefix}{group}/{}/{}", resource.type_url().message_name(), resource.name())
+    }
+}
+
+/// Reads a value stored under `key`: `Any` bytes or proto3 JSON, checked against the resource's
+/// schema and Envoy's validation rules, and against the key's type and name.
+///
+/// # Errors
+///
+/// Why the value cannot be served, naming the field at fault where there is one.
+pub fn decode_value(key: &ResourceKey, value: &[u8]) -> Result<EncodedResource, String> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!("the value has {} bytes, more than {MAX_VALUE_BYTES}", value.len()));
+    }
+    // An encoded Any starts with field 1's tag (0x0a), never with `{`.
+    let first = value.iter().find(|b| !b.is_ascii_whitespace());
+    let any = if first == Some(&b'{') {
+        let text = std::str::from_utf8(value).map_err(|_| "the JSON is not UTF-8".to_owned())?;
+        let json = xds_proto::json_value_from_str(text).map_err(|e| e.to_string())?;
+        xds_proto::any_from_json(&json).map_err(|e| e.to_string())?
+    } else {
+        <Any as prost::Message>::decode(value).map_err(|e| format!("not an Any: {e}"))?
+    };
+    let type_name = any.type_url.strip_prefix(TYPE_URL_PREFIX).unwrap_or(&any.type_url);
+    if type_name != key.type_name {
+        return Err(format!("the value is a {type_name}, the key says {}", key.type_name));
+    }
+    xds_proto::validate_any(&any).map_err(|e| e.to_string())?;
+    let resource = EncodedResource::from_any(&any).map_err(|e| e.to_string())?;
+    if resource.name() != key.name {
+        return Err(format!("the value names {:?}, the key says {:?}", resource.name(), key.name));
+    }
+    Ok(resource)
+}
+
+/// Normalizes a prefix to end with exactly one `/`.
+pub fn normalize_prefix(prefix: &str) -> String {
+    format!("{}/", prefix.trim_end_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+
+    fn cluster(name: &str) -> EncodedResource {
+        EncodedResource::new(&Cluster { name: name.into(), ..Default::default() })
+            .expect("a named cluster encodes")
+    }
+
+    #[test]
+    fn keys_round_trip_with_the_default_group_and_slashes_in_names() {
+        let r = cluster("xdstp://a/b");
+        let key = ResourceKey::of("/xds/", "", &r);
+        assert_eq!(key, "/xds//envoy.config.cluster.v3.Cluster/xdstp://a/b");
+        let parsed = ResourceKey::parse("/xds/", key.as_bytes()).expect("parses");
+        assert_eq!(parsed.group, "");
+        assert_eq!(parsed.name, "xdstp://a/b");
+        assert!(ResourceKey::parse("/xds/", b"/xds/only-group").is_err());
+        assert!(ResourceKey::parse("/xds/", b"/other/g/t/n").is_err());
+    }
+
+    #[test]
+    fn values_are_any_bytes_or_json_and_must_match_their_key() {
+        let r = cluster("backend");
+        let key =
+            ResourceKey::parse("/p/", ResourceKey::of("/p/", "g", &r).as_bytes()).expect("key");
+        let any = r.to_any().encode_to_vec();
+        assert_eq!(decode_value(&key, &any).expect("Any bytes").version(), r.version());
+        let json =
+            br#"{"@type":"type.googleapis.com/envoy.config.cluster.v3.Cluster","name":"backend"}"#;
+        assert_eq!(decode_value(&key, json).expect("JSON").version(), r.version());
+        let other = cluster("other").to_any().encode_to_vec();
+        assert!(decode_value(&key, &other).unwrap_err().contains("names \"other\""));
+        assert!(decode_value(&key, b"{\"@type\": 1}").is_err());
+    }
+}
