@@ -102,7 +102,7 @@ fn touch<'a>(
 /// What a load does to a touched group, once every group passed.
 enum Outcome {
     /// Serve this snapshot (and update the index with the change).
-    Rebuild(Snapshot, Work),
+    Rebuild(Snapshot, Box<Work>),
     /// No file names the group any more.
     Remove,
     /// Same resources; only the number of files naming the group changed.
@@ -207,12 +207,19 @@ impl Merged {
         let mut built: Vec<(String, Outcome)> = Vec::new();
         let mut stats = MergeStats::default();
         for (name, mut w) in work {
+            let keep = name == DEFAULT_GROUP || w.files > 0;
+            if !keep {
+                // No file names the group any more, so it has no resource left: drop it whole.
+                stats.groups += 1;
+                stats.resources += w.pending.len();
+                built.push((name, Outcome::Remove));
+                continue;
+            }
             for ((type_url, n), old) in std::mem::take(&mut w.pending) {
                 w.builder.remove(&type_url, &n);
                 w.removed.push(old);
             }
             let changes = w.added.len() + w.removed.len();
-            let keep = name == DEFAULT_GROUP || w.files > 0;
             if changes == 0 && keep == w.exists {
                 // Same resources (a file rewritten as it was, or naming the group with none):
                 // the snapshot stays the very same, so the cache neither compares nor signals.
@@ -221,14 +228,10 @@ impl Merged {
             }
             stats.groups += 1;
             stats.resources += changes;
-            if !keep {
-                built.push((name, Outcome::Remove));
-                continue;
-            }
             let group = self.groups.get(&name);
             self.check(path, &name, group, &w)?;
             let snapshot = w.builder.build();
-            built.push((name, Outcome::Rebuild(snapshot, w)));
+            built.push((name, Outcome::Rebuild(snapshot, Box::new(w))));
         }
 
         for (name, change) in built {
