@@ -45,7 +45,8 @@ pub use linear::{LinearCache, LinearError};
 pub use mux::MuxCache;
 pub use signal::Signal;
 pub use snapshot::{
-    ConsistencyError, GroupStatus, MissingReference, Snapshot, SnapshotBuilder, SnapshotCache,
+    CHECKED_REFERENCES, ConsistencyError, GroupStatus, MissingReference, Snapshot, SnapshotBuilder,
+    SnapshotCache,
 };
 pub use version::TypeVersion;
 pub use watchers::{Registration, Watchers};

@@ -106,6 +106,32 @@ impl Table {
         changed
     }
 
+    /// Makes the table hold `resources`, looking only at `names`: the caller knows that every
+    /// other name is unchanged (the snapshot was derived from the one this table holds). Returns
+    /// the number of names created, changed or deleted.
+    pub(crate) fn apply(
+        &mut self,
+        resources: &BTreeMap<String, EncodedResource>,
+        names: &BTreeSet<String>,
+    ) -> usize {
+        let mut changed = 0;
+        for name in names {
+            match resources.get(name) {
+                Some(resource) => {
+                    let same = self
+                        .entries
+                        .get(name.as_str())
+                        .is_some_and(|e| e.resource.ptr_eq(resource));
+                    if !same {
+                        changed += usize::from(self.upsert(resource.clone()));
+                    }
+                }
+                None => changed += usize::from(self.delete(name)),
+            }
+        }
+        changed
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&EncodedResource> {
         self.entries.get(name).map(|e| &e.resource)
     }

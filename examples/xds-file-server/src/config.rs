@@ -24,10 +24,11 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use xds_cache::{Snapshot, SnapshotBuilder};
+use xds_cache::Snapshot;
 use xds_proto::EncodedResource;
 
 mod loader;
+mod merge;
 mod read;
 
 pub use loader::{LoadError, LoadStats, Loader};
@@ -152,9 +153,9 @@ pub fn load_with(
 /// ```
 pub fn parse_str(file: &Path, text: &str) -> Result<Config, ConfigError> {
     let parsed = parse_file(file, text, &mut Interner::default())?;
-    let mut builders = Builders::new();
-    builders.add(file, &parsed)?;
-    builders.build(file)
+    let (config, _) =
+        merge::Merged::default().update(file, &[(file.to_owned(), std::sync::Arc::new(parsed))])?;
+    Ok(config)
 }
 
 /// One file's resources, by group, in the order the file lists them: what the loader keeps per
@@ -176,7 +177,7 @@ impl ParsedFile {
     }
 
     /// Every resource the file defines.
-    fn resources(&self) -> impl Iterator<Item = &EncodedResource> {
+    pub(crate) fn resources(&self) -> impl Iterator<Item = &EncodedResource> {
         self.groups.values().flatten()
     }
 }
@@ -226,58 +227,6 @@ fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<Parsed
         .map_err(|(location, reason)| err(location, reason))?;
     // Duplicate names are found when files are merged (`Builders::add`), within a file too.
     Ok(parsed)
-}
-
-/// The merge of parsed files into one builder per group.
-struct Builders(BTreeMap<String, SnapshotBuilder>);
-
-impl Builders {
-    fn new() -> Builders {
-        let mut groups = BTreeMap::new();
-        groups.insert(DEFAULT_GROUP.to_owned(), SnapshotBuilder::default());
-        Builders(groups)
-    }
-
-    /// Adds a file's resources; a name already defined for its type in its group (by this file
-    /// or an earlier one) is an error naming the second definition.
-    fn add(&mut self, file: &Path, parsed: &ParsedFile) -> Result<(), ConfigError> {
-        for (group, resources) in &parsed.groups {
-            let builder = self.0.entry(group.clone()).or_default();
-            for (i, resource) in resources.iter().enumerate() {
-                if builder.contains(resource.type_url(), resource.name()) {
-                    return Err(ConfigError {
-                        file: file.to_owned(),
-                        location: location(group, i),
-                        reason: format!(
-                            "{} {:?} is defined twice",
-                            resource.type_url().label(),
-                            resource.name()
-                        ),
-                    });
-                }
-                builder.add_encoded(resource.clone());
-            }
-        }
-        Ok(())
-    }
-
-    /// Builds every group's snapshot, checking its consistency (rule O3); errors name `path`.
-    fn build(self, path: &Path) -> Result<Config, ConfigError> {
-        let mut groups = BTreeMap::new();
-        for (group, builder) in self.0 {
-            let snapshot = builder.build_consistent().map_err(|e| ConfigError {
-                file: path.to_owned(),
-                location: if group.is_empty() {
-                    "resources".into()
-                } else {
-                    format!("groups.{group}")
-                },
-                reason: e.to_string(),
-            })?;
-            groups.insert(group, snapshot);
-        }
-        Ok(Config { groups })
-    }
 }
 
 type Located = (String, String);

@@ -17,6 +17,11 @@ use crate::admin::ConfigState;
 use crate::config::{self, LoadError, Loader, Stamp};
 
 /// Serves a loaded configuration: one snapshot per group; groups gone from the file are cleared.
+///
+/// A group whose snapshot is the very one the cache serves (the loader kept it: no changed file
+/// touches the group) is not set again, so its streams hear nothing; a changed group's snapshot
+/// was derived from the served one, so the cache compares only the resources that changed.
+/// Streams are regrouped only when the set of groups changed.
 pub(crate) fn publish(
     cache: &SnapshotCache,
     config: config::Config,
@@ -30,14 +35,25 @@ pub(crate) fn publish(
             cache.clear_snapshot(&old);
         }
     }
-    *names.write().unwrap_or_else(|e| e.into_inner()) = groups.clone();
-    let mut changed = 0;
+    let regroup = {
+        let mut names = names.write().unwrap_or_else(|e| e.into_inner());
+        let differ = *names != groups;
+        if differ {
+            *names = groups.clone();
+        }
+        differ
+    };
+    let (mut changed, mut published) = (0, 0);
     for (group, snapshot) in config.groups {
+        if cache.snapshot(&group).is_some_and(|served| served.is_same(&snapshot)) {
+            continue;
+        }
+        published += 1;
         changed += cache.set_snapshot(&group, snapshot);
     }
     // The grouping reads `names`: streams whose node now maps to a group that appeared, or away
     // from one that vanished, move to it (issue 12). After the snapshots, so none waits.
-    let moved = cache.regroup();
+    let moved = if regroup { cache.regroup() } else { 0 };
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     state.loads += 1;
     state.groups = groups;
@@ -45,7 +61,7 @@ pub(crate) fn publish(
     state.reloads_ok += 1;
     state.last_success = Some(SystemTime::now());
     state.resources = resources;
-    tracing::info!(changed, moved, "configuration published");
+    tracing::info!(published, changed, moved, "configuration published");
 }
 
 /// Resources served, by type label, over all groups. Labels come from [`xds_proto::ResourceType`]
@@ -55,7 +71,7 @@ fn count_by_type(config: &config::Config) -> BTreeMap<&'static str, u64> {
     for snapshot in config.groups.values() {
         for t in snapshot.types() {
             let label = t.builtin().map_or("custom", |t| t.label());
-            *counts.entry(label).or_default() += snapshot.resources(t).count() as u64;
+            *counts.entry(label).or_default() += snapshot.count(t) as u64;
         }
     }
     counts
@@ -151,6 +167,8 @@ impl Reloader {
                     files = stats.files,
                     parsed = stats.parsed,
                     reused = stats.reused,
+                    groups_rebuilt = stats.groups_rebuilt,
+                    resources_changed = stats.resources_changed,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "configuration loaded"
                 );

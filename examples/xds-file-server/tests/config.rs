@@ -207,16 +207,43 @@ fn a_reload_parses_only_the_files_that_changed() {
     let mut loader = config::Loader::new(&dir, config::MAX_FILE_BYTES);
     let first = loader.load().unwrap();
     assert_eq!(first.groups[DEFAULT_GROUP].len(), 3);
-    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 3, reused: 0 });
+    assert_eq!(
+        loader.last_stats(),
+        config::LoadStats {
+            files: 3,
+            parsed: 3,
+            reused: 0,
+            groups_rebuilt: 1,
+            resources_changed: 3
+        }
+    );
 
     loader.load().unwrap();
-    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 0, reused: 3 });
+    assert_eq!(
+        loader.last_stats(),
+        config::LoadStats {
+            files: 3,
+            parsed: 0,
+            reused: 3,
+            groups_rebuilt: 0,
+            resources_changed: 0
+        }
+    );
 
     // Replace b.yaml the atomic way (write beside, rename over): only it is parsed again.
     write(&dir, ".b.yaml.tmp", &cluster("b2"));
     std::fs::rename(dir.join(".b.yaml.tmp"), dir.join("b.yaml")).unwrap();
     let second = loader.load().unwrap();
-    assert_eq!(loader.last_stats(), config::LoadStats { files: 3, parsed: 1, reused: 2 });
+    assert_eq!(
+        loader.last_stats(),
+        config::LoadStats {
+            files: 3,
+            parsed: 1,
+            reused: 2,
+            groups_rebuilt: 1,
+            resources_changed: 2
+        }
+    );
     let cluster_type = TypeUrl::from(ResourceType::Cluster);
     let names: Vec<&str> =
         second.groups[DEFAULT_GROUP].resources(&cluster_type).map(|r| r.name()).collect();
@@ -227,7 +254,126 @@ fn a_reload_parses_only_the_files_that_changed() {
 
     std::fs::remove_file(dir.join("c.yaml")).unwrap();
     let third = loader.load().unwrap();
-    assert_eq!(loader.last_stats(), config::LoadStats { files: 2, parsed: 0, reused: 2 });
+    assert_eq!(
+        loader.last_stats(),
+        config::LoadStats {
+            files: 2,
+            parsed: 0,
+            reused: 2,
+            groups_rebuilt: 1,
+            resources_changed: 1
+        }
+    );
     assert_eq!(third.groups[DEFAULT_GROUP].len(), 2);
     assert_eq!(loader.parsed_total(), 4);
+}
+
+/// An EDS cluster `name` and, when `port` is given, its ClusterLoadAssignment (one endpoint).
+fn eds(name: &str, port: Option<u16>) -> String {
+    let mut text = format!(
+        "\n  - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n    name: {name}\n    type: EDS\n    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}\n"
+    );
+    if let Some(port) = port {
+        text.push_str(&cla(name, port));
+    }
+    text
+}
+
+fn cla(name: &str, port: u16) -> String {
+    format!(
+        "\n  - \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n    cluster_name: {name}\n    endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}] }}]\n"
+    )
+}
+
+fn group(name: &str, resources: &str) -> String {
+    format!("groups:\n  {name}:\n    resources:{}", resources.replace("\n  ", "\n      "))
+}
+
+/// Issue 12, "reload cost proportional to the change": editing the file of one group rebuilds
+/// and re-checks that group only; every other group keeps its very snapshot (so the server sets
+/// nothing for it: no version change, no stream woken). The loader used to rebuild every group
+/// from every file's resources and check each group whole.
+#[test]
+fn a_reload_rebuilds_only_the_groups_the_changed_file_touches() {
+    let dir = temp_dir("per-group");
+    write(&dir, "common.yaml", &format!("resources:{}", eds("shared", Some(8000))));
+    for (file, name) in [("a.yaml", "alpha"), ("b.yaml", "beta"), ("c.yaml", "gamma")] {
+        write(&dir, file, &group(name, &eds(name, Some(9000))));
+    }
+    let mut loader = config::Loader::new(&dir, config::MAX_FILE_BYTES);
+    let before = loader.load().unwrap();
+    assert_eq!(loader.last_stats().groups_rebuilt, 4);
+
+    write(&dir, "b.yaml", &group("beta", &eds("beta", Some(9001))));
+    let after = loader.load().unwrap();
+    let stats = loader.last_stats();
+    assert_eq!((stats.parsed, stats.groups_rebuilt, stats.resources_changed), (1, 1, 1));
+    for name in [DEFAULT_GROUP, "alpha", "gamma"] {
+        assert!(after.groups[name].is_same(&before.groups[name]), "{name:?} was rebuilt");
+    }
+    assert!(!after.groups["beta"].is_same(&before.groups["beta"]));
+    let cla_type = TypeUrl::from(ResourceType::ClusterLoadAssignment);
+    let old = before.groups["beta"].get(&cla_type, "beta").unwrap();
+    let new = after.groups["beta"].get(&cla_type, "beta").unwrap();
+    assert_ne!(old.version(), new.version());
+
+    // The same content rewritten (a new stamp): parsed again, nothing rebuilt.
+    write(&dir, "b.yaml", &group("beta", &eds("beta", Some(9001))));
+    let again = loader.load().unwrap();
+    assert_eq!(loader.last_stats().groups_rebuilt, 0);
+    assert!(again.groups["beta"].is_same(&after.groups["beta"]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reference from an unchanged file to a resource the edited file no longer defines is caught:
+/// the incremental check looks up who names what was removed, in every file. The load is
+/// refused with the error a full load gives, and the last good configuration stays whole (the
+/// next good edit is merged over it, not over the refused one).
+#[test]
+fn a_cross_file_reference_broken_by_editing_one_file_is_refused() {
+    let dir = temp_dir("cross-file");
+    write(&dir, "clusters.yaml", &format!("resources:{}{}", eds("api", None), eds("web", None)));
+    write(&dir, "endpoints.yaml", &format!("resources:{}{}", cla("api", 1), cla("web", 2)));
+    let mut loader = config::Loader::new(&dir, config::MAX_FILE_BYTES);
+    let good = loader.load().unwrap();
+
+    // endpoints.yaml drops `web`, still named by clusters.yaml.
+    write(&dir, "endpoints.yaml", &format!("resources:{}", cla("api", 3)));
+    let err = loader.load().unwrap_err().into_config_error().to_string();
+    assert!(
+        err.ends_with(
+            "resources: inconsistent snapshot: cluster \"web\" references endpoint \"web\", which is missing"
+        ),
+        "{err}"
+    );
+    // The same error as a load from scratch.
+    assert_eq!(config::load(&dir).unwrap_err().to_string(), err);
+
+    // Fixed by removing the cluster too: the merge starts from the last good state, so `web`'s
+    // endpoint (gone) and `api`'s new port are both applied.
+    write(&dir, "clusters.yaml", &format!("resources:{}", eds("api", None)));
+    let fixed = loader.load().unwrap();
+    let cla_type = TypeUrl::from(ResourceType::ClusterLoadAssignment);
+    let cluster_type = TypeUrl::from(ResourceType::Cluster);
+    let names = |c: &config::Config, t: &TypeUrl| -> Vec<String> {
+        c.groups[DEFAULT_GROUP].resources(t).map(|r| r.name().to_owned()).collect()
+    };
+    assert_eq!(names(&fixed, &cla_type), ["api"]);
+    assert_eq!(names(&fixed, &cluster_type), ["api"]);
+    let api = |c: &config::Config| c.groups[DEFAULT_GROUP].get(&cla_type, "api").unwrap().clone();
+    assert_ne!(api(&fixed).version(), api(&good).version());
+    fixed.groups[DEFAULT_GROUP].check_consistency().unwrap();
+
+    // A referrer added in one file whose target another file lacks: refused as well.
+    write(&dir, "more.yaml", &format!("resources:{}", eds("orphan", None)));
+    let err = loader.load().unwrap_err().into_config_error().to_string();
+    assert!(err.contains("cluster \"orphan\" references endpoint \"orphan\""), "{err}");
+    // Moving a resource from one file to another in one edit is no duplicate and no gap.
+    std::fs::remove_file(dir.join("more.yaml")).unwrap();
+    write(&dir, "clusters.yaml", "resources: []\n");
+    write(&dir, "endpoints.yaml", &format!("resources:{}", eds("api", Some(4))));
+    let moved = loader.load().unwrap();
+    assert_eq!(names(&moved, &cluster_type), ["api"]);
+    assert_eq!(loader.last_stats().resources_changed, 1, "only the endpoint's port changed");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -44,6 +44,30 @@ impl DeltaClusters {
         DeltaClusters { tx, rx, held: BTreeSet::new() }
     }
 
+    /// Receives (and ACKs) the next response: the names it sends and the names it removes.
+    async fn next(&mut self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let r = tokio::time::timeout(Duration::from_secs(10), self.rx.message())
+            .await
+            .expect("a response within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        self.tx
+            .send(DeltaDiscoveryRequest {
+                type_url: r.type_url.clone(),
+                response_nonce: r.nonce.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let sent: BTreeSet<String> = r.resources.iter().map(|x| x.name.clone()).collect();
+        let removed: BTreeSet<String> = r.removed_resources.into_iter().collect();
+        self.held.extend(sent.iter().cloned());
+        for name in &removed {
+            self.held.remove(name);
+        }
+        (sent, removed)
+    }
+
     /// Receives (and ACKs) until the client holds `expected`; returns the names removed meanwhile.
     async fn until(&mut self, expected: &[&str]) -> BTreeSet<String> {
         let mut removed = BTreeSet::new();
@@ -107,6 +131,42 @@ async fn a_connected_delta_client_moves_when_the_file_gains_and_loses_its_group(
 
     replace(&path, &config("backend", None));
     assert_eq!(client.until(&["backend"]).await, BTreeSet::from(["own".to_owned()]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn group_file(group: &str, cluster: &str) -> String {
+    format!(
+        "groups:\n  {group}:\n    resources:\n      - \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n        name: {cluster}\n        type: STATIC\n"
+    )
+}
+
+/// Issue 12, "reload cost proportional to the change": an edit to the file of one group
+/// publishes that group only. A connected client of another group hears nothing of it: the next
+/// response it gets is the one for its own group's later edit, and nothing else came before it.
+#[tokio::test]
+async fn an_edit_to_one_groups_file_sends_nothing_to_another_group() {
+    let dir = temp_dir("per-group-publish");
+    std::fs::write(dir.join("default.yaml"), config("backend", None)).unwrap();
+    std::fs::write(dir.join("a.yaml"), group_file("envoy-a", "a1")).unwrap();
+    std::fs::write(dir.join("b.yaml"), group_file("envoy-b", "b1")).unwrap();
+    let server = Running::start(&dir, &[]).await;
+    let mut a = DeltaClusters::open(&server, "envoy-a").await;
+    let mut b = DeltaClusters::open(&server, "envoy-b").await;
+    assert!(a.until(&["a1"]).await.is_empty());
+    assert!(b.until(&["b1"]).await.is_empty());
+
+    replace(&dir.join("a.yaml"), &group_file("envoy-a", "a2"));
+    assert_eq!(a.until(&["a2"]).await, BTreeSet::from(["a1".to_owned()]));
+    replace(&dir.join("b.yaml"), &group_file("envoy-b", "b2"));
+    // Every response envoy-b gets from here on is about its own edit (b2 sent, b1 removed).
+    while b.held != BTreeSet::from(["b2".to_owned()]) {
+        let (sent, removed) = b.next().await;
+        assert!(
+            sent.iter().all(|n| n == "b2") && removed.iter().all(|n| n == "b1"),
+            "{sent:?} {removed:?}"
+        );
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

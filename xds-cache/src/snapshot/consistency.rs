@@ -45,8 +45,9 @@ impl fmt::Display for ConsistencyError {
     }
 }
 
-/// The relations rule O3 checks: (referrer, referenced).
-const CHECKED: [(ResourceType, ResourceType); 3] = [
+/// The references rule O3 checks, as (type of the referrer, type it names): what
+/// [`Snapshot::check_consistency`] looks at, for a caller that checks only what changed.
+pub const CHECKED_REFERENCES: [(ResourceType, ResourceType); 3] = [
     (ResourceType::Cluster, ResourceType::ClusterLoadAssignment),
     (ResourceType::Listener, ResourceType::RouteConfiguration),
     (ResourceType::ScopedRouteConfiguration, ResourceType::RouteConfiguration),
@@ -60,7 +61,7 @@ impl Snapshot {
     /// resources are often served from elsewhere (static clusters, file-based SDS).
     pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
         let mut missing = Vec::new();
-        for (from_type, to_type) in CHECKED {
+        for (from_type, to_type) in CHECKED_REFERENCES {
             for resource in self.resources(&TypeUrl::Builtin(from_type)) {
                 // A resource that does not decode names nothing; the client will reject it.
                 let refs = references_of_encoded(resource.type_url(), resource.value())

@@ -4,24 +4,46 @@ mod cache;
 mod consistency;
 mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use xds_proto::{EncodeError, EncodedResource, TypeUrl, XdsResource};
 
 pub use cache::{GroupStatus, SnapshotCache};
-pub use consistency::{ConsistencyError, MissingReference};
+pub use consistency::{CHECKED_REFERENCES, ConsistencyError, MissingReference};
 
 type Resources = Arc<BTreeMap<String, EncodedResource>>;
+
+/// Snapshot identities: every [`SnapshotBuilder::build`] takes the next one. 0 is the empty
+/// `Snapshot::default()`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What a builder made with [`Snapshot::to_builder`] changed: the snapshot it started from (its
+/// identity) and every name it added or removed, by type.
+#[derive(Debug)]
+struct Derivation {
+    base: u64,
+    touched: BTreeMap<TypeUrl, BTreeSet<String>>,
+}
 
 /// A node group's whole configuration: every resource of every type it is served.
 ///
 /// Immutable and cheap to clone (the resources are shared). Build one with [`Snapshot::builder`],
 /// or derive the next from the current with [`Snapshot::to_builder`]: only what you add is encoded,
 /// and [`SnapshotCache::set_snapshot`] recognises the untouched resources without comparing bytes.
+///
+/// A snapshot derived with `to_builder` remembers which names the builder touched, so that setting
+/// it over the one it was derived from costs O(touched × log n), not O(resources): a reload that
+/// changes one resource of a million compares one resource.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     types: BTreeMap<TypeUrl, Resources>,
+    /// This content's identity: clones share it, every `build` takes a new one, and two
+    /// snapshots with the same identity hold the same resources (0 is the empty default).
+    id: u64,
+    /// What changed since the snapshot this one was derived from, if it was.
+    derived: Option<Arc<Derivation>>,
 }
 
 impl Snapshot {
@@ -32,7 +54,28 @@ impl Snapshot {
 
     /// A builder that starts from this snapshot's resources (shared, not re-encoded).
     pub fn to_builder(&self) -> SnapshotBuilder {
-        SnapshotBuilder { types: self.types.clone() }
+        SnapshotBuilder { types: self.types.clone(), base: Some(self.id), touched: BTreeMap::new() }
+    }
+
+    /// Whether `other` is this very snapshot (a clone of it, or of the same build): then both
+    /// hold the same resources. O(1); a snapshot built again with the same content is not the
+    /// same.
+    pub fn is_same(&self, other: &Snapshot) -> bool {
+        self.id == other.id
+    }
+
+    /// The number of resources of one type.
+    pub fn count(&self, type_url: &TypeUrl) -> usize {
+        self.types.get(type_url).map_or(0, |m| m.len())
+    }
+
+    /// The names the builder touched for `type_url`, when this snapshot was derived (with
+    /// [`to_builder`](Snapshot::to_builder)) from the snapshot whose identity is `base`.
+    pub(crate) fn touched_since(
+        &self,
+        base: &Snapshot,
+    ) -> Option<&BTreeMap<TypeUrl, BTreeSet<String>>> {
+        self.derived.as_deref().filter(|d| d.base == base.id).map(|d| &d.touched)
     }
 
     /// The resources of one type, by name.
@@ -78,6 +121,10 @@ impl Snapshot {
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotBuilder {
     types: BTreeMap<TypeUrl, Resources>,
+    /// The identity of the snapshot this builder started from (`to_builder`).
+    base: Option<u64>,
+    /// The names added or removed since, by type (kept only when there is a base).
+    touched: BTreeMap<TypeUrl, BTreeSet<String>>,
 }
 
 impl SnapshotBuilder {
@@ -89,6 +136,9 @@ impl SnapshotBuilder {
 
     /// Adds (or replaces) an already-encoded resource.
     pub fn add_encoded(&mut self, resource: EncodedResource) -> &mut Self {
+        if self.base.is_some() {
+            self.touch(resource.type_url(), resource.name());
+        }
         let map = self.types.entry(resource.type_url().clone()).or_default();
         Arc::make_mut(map).insert(resource.name().to_owned(), resource);
         self
@@ -96,10 +146,25 @@ impl SnapshotBuilder {
 
     /// Removes a resource, if present.
     pub fn remove(&mut self, type_url: &TypeUrl, name: &str) -> &mut Self {
-        if let Some(map) = self.types.get_mut(type_url) {
+        if let Some(map) = self.types.get_mut(type_url)
+            && map.contains_key(name)
+        {
             Arc::make_mut(map).remove(name);
+            if self.base.is_some() {
+                self.touch(type_url, name);
+            }
         }
         self
+    }
+
+    fn touch(&mut self, type_url: &TypeUrl, name: &str) {
+        let names = match self.touched.get_mut(type_url) {
+            Some(names) => names,
+            None => self.touched.entry(type_url.clone()).or_default(),
+        };
+        if !names.contains(name) {
+            names.insert(name.to_owned());
+        }
     }
 
     /// Whether a resource of this type and name was added.
@@ -115,7 +180,13 @@ impl SnapshotBuilder {
 
     /// The snapshot, unchecked.
     pub fn build(&self) -> Snapshot {
-        Snapshot { types: self.types.clone() }
+        Snapshot {
+            types: self.types.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            derived: self
+                .base
+                .map(|base| Arc::new(Derivation { base, touched: self.touched.clone() })),
+        }
     }
 
     /// The snapshot, if its references are consistent (rule O3).

@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::merge::Merged;
 use super::read::{ReadError, Stamp, read_stable};
-use super::{Builders, Config, ConfigError, Interner, ParsedFile, files, parse_file};
+use super::{Config, ConfigError, Interner, ParsedFile, files, parse_file};
 
 /// Why [`Loader::load`] gave no configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,11 +44,18 @@ pub struct LoadStats {
     pub parsed: usize,
     /// Files whose parsed resources were reused because their stamp was unchanged.
     pub reused: usize,
+    /// Groups whose snapshot was rebuilt and re-checked because a changed file touches them
+    /// (created, changed or removed); every other group keeps its very snapshot.
+    pub groups_rebuilt: usize,
+    /// Resources added, changed or removed in those groups.
+    pub resources_changed: usize,
 }
 
-/// Loads the configuration at one path again and again, parsing only the files that changed
-/// since the previous load: the cost of a reload is that of the changed files (plus a `stat` per
-/// file and the merge), not that of the directory.
+/// Loads the configuration at one path again and again at the cost of what changed since the
+/// previous good load: only new or changed files are parsed, only the groups they touch are
+/// rebuilt (from their current snapshot, with only the changed resources re-checked against rule
+/// O3, see `merge.rs`), and every other group keeps its very snapshot. What remains per reload
+/// is a `stat` per file and, per touched group and type, one copy of the type's name index.
 ///
 /// The loader does blocking file I/O and CPU-heavy parsing: run it on a thread of its own (the
 /// binary's reload thread), never on an async runtime's worker.
@@ -58,6 +66,8 @@ pub struct Loader {
     pub(super) interned: Interner,
     stats: LoadStats,
     parsed_total: u64,
+    /// The last good configuration, and what it takes to change it incrementally.
+    merged: Merged,
 }
 
 impl Loader {
@@ -70,6 +80,7 @@ impl Loader {
             interned: Interner::default(),
             stats: LoadStats::default(),
             parsed_total: 0,
+            merged: Merged::default(),
         }
     }
 
@@ -98,14 +109,14 @@ impl Loader {
     pub fn load(&mut self) -> Result<Config, LoadError> {
         let list = files(&self.path)?;
         self.stats = LoadStats { files: list.len(), ..LoadStats::default() };
-        let mut current: Vec<(PathBuf, Stamp, Arc<ParsedFile>)> = Vec::with_capacity(list.len());
+        let mut current: Vec<(PathBuf, Arc<ParsedFile>)> = Vec::with_capacity(list.len());
         for file in list {
             let cached = self.parsed.get(&file).filter(|(stamp, _)| {
                 std::fs::metadata(&file).is_ok_and(|m| m.is_file() && Stamp::of(&m) == *stamp)
             });
-            if let Some((stamp, parsed)) = cached {
+            if let Some((_, parsed)) = cached {
                 self.stats.reused += 1;
-                current.push((file, *stamp, parsed.clone()));
+                current.push((file, parsed.clone()));
                 continue;
             }
             let err = |reason: String| ConfigError {
@@ -125,16 +136,14 @@ impl Loader {
             // file then costs only its own parse.
             self.parsed.insert(file.clone(), (stamp, Arc::new(parsed)));
             let parsed = self.parsed[&file].1.clone();
-            current.push((file, stamp, parsed));
+            current.push((file, parsed));
         }
-        let mut builders = Builders::new();
-        for (file, _, parsed) in &current {
-            builders.add(file, parsed)?;
-        }
-        let config = builders.build(&self.path)?;
+        let (config, merged) = self.merged.update(&self.path, &current)?;
+        self.stats.groups_rebuilt = merged.groups;
+        self.stats.resources_changed = merged.resources;
         // Forget files that are gone; drop interned resources no file holds any more once the
         // interner has grown to twice what the files hold (amortised: O(change) per load).
-        let present: HashSet<&PathBuf> = current.iter().map(|(f, _, _)| f).collect();
+        let present: HashSet<&PathBuf> = current.iter().map(|(f, _)| f).collect();
         self.parsed.retain(|path, _| present.contains(path));
         let live: usize = self.parsed.values().map(|(_, p)| p.len()).sum();
         if self.interned.len() > 2 * live + 1024 {
