@@ -229,11 +229,9 @@ impl<P: Protocol> Driver<P> {
     fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
         let names = P::names(&request).len();
         let (node, type_url) = P::header(&mut request);
-        if let Some(node) = &node {
-            if let Err(message) = self.shared.config.limits.check_node(node) {
-                self.shared.metrics.refused("invalid_request");
-                return Err(Status::invalid_argument(message));
-            }
+        if let Some(Err(message)) = node.as_ref().map(|n| self.shared.config.limits.check_node(n)) {
+            self.shared.metrics.refused("invalid_request");
+            return Err(Status::invalid_argument(message));
         }
         let admitted = lock(&self.core.0)
             .admit(node, &type_url, names, Instant::now())
