@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::flow::Flow;
 use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
+use crate::naming::Naming;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
@@ -29,6 +30,8 @@ pub struct DeltaSubStream<R> {
     /// Whether a response was sent: a wildcard's first response is owed even when empty, so the
     /// client knows it has everything.
     responded: bool,
+    /// Rules C1, C4: names normalized on the way in, resource errors on the way out.
+    naming: Naming,
 }
 
 impl<R: Resource> DeltaSubStream<R> {
@@ -40,11 +43,29 @@ impl<R: Resource> DeltaSubStream<R> {
             tracker: Tracker::default(),
             flow: Flow::default(),
             responded: false,
+            naming: Naming::default(),
         }
     }
 
+    /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an
+    /// `xdstp://` name of another type is refused) and whether the client reads
+    /// `resource_errors` (then a name that does not exist is answered `NOT_FOUND` there instead
+    /// of with a bodiless resource). Call it before the first request.
+    pub fn configure_names(&mut self, resource_type: Option<&str>, resource_errors: bool) {
+        self.naming.configure(resource_type, resource_errors);
+    }
+
     /// Takes in one request (rules D1, D2, D3, D7, D8).
-    pub fn handle_request(&mut self, request: DeltaRequest) -> Handled {
+    pub fn handle_request(&mut self, mut request: DeltaRequest) -> Handled {
+        // Rule C1: every name is normalized once, here; refused names go no further.
+        let names = self.naming.admit_delta(
+            std::mem::take(&mut request.subscribe),
+            std::mem::take(&mut request.unsubscribe),
+            std::mem::take(&mut request.initial_resource_versions),
+        );
+        request.subscribe = names.subscribe;
+        request.unsubscribe = names.unsubscribe;
+        request.initial_resource_versions = names.initial;
         let kind = self.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
@@ -122,9 +143,16 @@ impl<R: Resource> DeltaSubStream<R> {
         if !self.flow.ready() || !view.is_ready() {
             return None;
         }
-        let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let mut diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let resource_errors = self.naming.errors(
+            view,
+            &self.subscription,
+            &mut diff.absent,
+            &diff.recheck,
+            diff.send.keys().map(String::as_str),
+        );
         let first_wildcard = !self.responded && self.subscription.is_wildcard();
-        if diff.is_empty() && !first_wildcard {
+        if diff.is_empty() && resource_errors.is_empty() && !first_wildcard {
             return None;
         }
         let mut resources: BTreeMap<String, DeltaResource<R>> = diff
@@ -142,12 +170,17 @@ impl<R: Resource> DeltaSubStream<R> {
         let mut removed_resources = diff.removed;
         removed_resources.sort();
         self.responded = true;
+        let spellings = self.naming.spellings_for(
+            resources.keys().map(String::as_str).chain(removed_resources.iter().map(String::as_str)),
+        );
         Some(DeltaResponse {
             system_version_info: view.version(),
             nonce: self.flow.sent(nonces),
             resources: resources.into_values().collect(),
             removed_resources,
             heartbeat: false,
+            resource_errors,
+            spellings,
         })
     }
 
@@ -173,6 +206,8 @@ impl<R: Resource> DeltaSubStream<R> {
             resources: resources.collect(),
             removed_resources: Vec::new(),
             heartbeat: true,
+            resource_errors: Vec::new(),
+            spellings: BTreeMap::new(),
         })
     }
 

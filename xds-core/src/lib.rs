@@ -43,18 +43,21 @@ mod delta;
 mod flow;
 mod held;
 mod message;
+mod naming;
 mod nonce;
 mod resource;
 mod sotw;
 mod stream;
 mod subscription;
 mod tracker;
+pub mod xdstp;
 
 pub use delta::DeltaSubStream;
 pub use message::{
     DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwRequest,
     SotwResponse,
 };
+pub use naming::{RESOURCE_ERRORS_CLIENT_FEATURES, ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, TypeTraits, View};
 pub use sotw::SotwSubStream;

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::flow::Flow;
 use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
+use crate::naming::Naming;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::{Subscription, WILDCARD};
@@ -33,6 +34,8 @@ pub struct SotwSubStream<R> {
     reconnect_version: Option<String>,
     acked_version: Option<String>,
     last_sent_version: Option<String>,
+    /// Rules C1, C4: names normalized on the way in, resource errors on the way out.
+    naming: Naming,
 }
 
 impl<R: Resource> SotwSubStream<R> {
@@ -47,7 +50,16 @@ impl<R: Resource> SotwSubStream<R> {
             reconnect_version: None,
             acked_version: None,
             last_sent_version: None,
+            naming: Naming::default(),
         }
+    }
+
+    /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an
+    /// `xdstp://` name of another type is refused) and whether the client reads
+    /// `resource_errors` (then a subscribed name that does not exist is answered `NOT_FOUND`
+    /// there). Call it before the first request.
+    pub fn configure_names(&mut self, resource_type: Option<&str>, resource_errors: bool) {
+        self.naming.configure(resource_type, resource_errors);
     }
 
     /// Takes in one request (rules S4, S5, S7, S8, S9, S10, S12, S15).
@@ -76,8 +88,10 @@ impl<R: Resource> SotwSubStream<R> {
             _ => {}
         }
         let first = kind == RequestKind::Initial;
+        // Rule C1: every name is normalized once, here; refused names go no further.
+        let names = self.naming.admit_sotw(request.resource_names);
         let change = self.subscription.apply_sotw(
-            request.resource_names,
+            names,
             first,
             self.traits.wildcard_capable,
         );
@@ -135,16 +149,23 @@ impl<R: Resource> SotwSubStream<R> {
         {
             return None;
         }
-        let diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let mut diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let resource_errors = self.naming.errors(
+            view,
+            &self.subscription,
+            &mut diff.absent,
+            &diff.recheck,
+            diff.send.keys().map(String::as_str),
+        );
         let owed_first =
             !self.responded && (self.traits.full_state || self.subscription.is_wildcard());
         let resources = if self.traits.full_state {
-            if diff.is_empty() && !owed_first {
+            if diff.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
             self.full_state(view)
         } else {
-            if diff.send.is_empty() && !owed_first {
+            if diff.send.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
             diff.send.into_values().map(|(resource, _)| resource).collect()
@@ -157,6 +178,7 @@ impl<R: Resource> SotwSubStream<R> {
             nonce: self.flow.sent(nonces),
             resources,
             heartbeat: false,
+            resource_errors,
         })
     }
 
@@ -225,6 +247,7 @@ impl<R: Resource> SotwSubStream<R> {
             nonce: self.flow.sent(nonces),
             resources,
             heartbeat: true,
+            resource_errors: Vec::new(),
         })
     }
 
