@@ -171,7 +171,10 @@ impl<R: Resource> DeltaSubStream<R> {
         removed_resources.sort();
         self.responded = true;
         let spellings = self.naming.spellings_for(
-            resources.keys().map(String::as_str).chain(removed_resources.iter().map(String::as_str)),
+            resources
+                .keys()
+                .map(String::as_str)
+                .chain(removed_resources.iter().map(String::as_str)),
         );
         Some(DeltaResponse {
             system_version_info: view.version(),

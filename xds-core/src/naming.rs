@@ -216,9 +216,7 @@ impl Naming {
         if self.spellings.is_empty() {
             return BTreeMap::new();
         }
-        names
-            .filter_map(|n| self.spellings.get(n).map(|s| (n.to_owned(), s.clone())))
-            .collect()
+        names.filter_map(|n| self.spellings.get(n).map(|s| (n.to_owned(), s.clone()))).collect()
     }
 
     /// Works out the errors a response carries, once the tracker compared the subscription with

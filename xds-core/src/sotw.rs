@@ -90,11 +90,7 @@ impl<R: Resource> SotwSubStream<R> {
         let first = kind == RequestKind::Initial;
         // Rule C1: every name is normalized once, here; refused names go no further.
         let names = self.naming.admit_sotw(request.resource_names);
-        let change = self.subscription.apply_sotw(
-            names,
-            first,
-            self.traits.wildcard_capable,
-        );
+        let change = self.subscription.apply_sotw(names, first, self.traits.wildcard_capable);
         for name in &change.added {
             if name == WILDCARD {
                 self.tracker.synced = None;

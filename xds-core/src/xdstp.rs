@@ -294,7 +294,10 @@ mod tests {
 
     #[test]
     fn c01_parameters_in_any_order_give_one_normal_form() {
-        let (a, b) = (format!("xdstp://auth/{T}/x/y?b=2&a=1&c="), format!("xdstp://auth/{T}/x/y?c=&a=1&b=2"));
+        let (a, b) = (
+            format!("xdstp://auth/{T}/x/y?b=2&a=1&c="),
+            format!("xdstp://auth/{T}/x/y?c=&a=1&b=2"),
+        );
         let (a, b) = (normalize(&a).unwrap(), normalize(&b).unwrap());
         assert_eq!(a, b);
         assert_eq!(a, format!("xdstp://auth/{T}/x/y?a=1&b=2&c="));
@@ -354,7 +357,9 @@ mod tests {
         let err = n.check_type("envoy.config.listener.v3.Listener").unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("xdstp name is of type {T}, but the stream is of type envoy.config.listener.v3.Listener")
+            format!(
+                "xdstp name is of type {T}, but the stream is of type envoy.config.listener.v3.Listener"
+            )
         );
     }
 

@@ -94,7 +94,10 @@ fn c01_a_name_of_another_type_or_malformed_is_refused_once_with_invalid_argument
     assert!(!s.subscription().has_name(&listener));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(r.resources.len(), 1);
-    let mut want = vec![(broken.as_str(), code::INVALID_ARGUMENT), (listener.as_str(), code::INVALID_ARGUMENT)];
+    let mut want = vec![
+        (broken.as_str(), code::INVALID_ARGUMENT),
+        (listener.as_str(), code::INVALID_ARGUMENT),
+    ];
     want.sort();
     assert_eq!(errors(&r.resource_errors), want);
     assert!(r.resource_errors.iter().any(|e| e.error.message.contains("stream is of type")));

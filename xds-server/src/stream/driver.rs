@@ -315,7 +315,7 @@ impl<P: Protocol> Driver<P> {
                 .map_err(|e| crate::server::cache_status(&e))?;
             self.shared.metrics.stream_opened(P::LABEL, self.shared.label(&type_url));
             Some(Slot {
-                sub: P::new_sub(type_url.traits()),
+                sub: P::new_sub(&type_url, crate::naming::reads_resource_errors(node)),
                 watch,
                 sent_at: None,
                 refreshed_at: Instant::now(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use xds_cache::{DynView, Variant};
 use xds_core::{
     DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, Handled, Nonces,
-    SotwRequest, SotwResponse, SotwSubStream, TypeTraits,
+    SotwRequest, SotwResponse, SotwSubStream,
 };
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
@@ -36,7 +36,9 @@ pub(crate) trait Protocol: Send + 'static {
     const VARIANT: Variant;
     const LABEL: &'static str;
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub;
+    /// A sub-stream of `type_url`; `resource_errors`: the client declared that it reads
+    /// `resource_errors` (rule C4).
+    fn new_sub(type_url: &TypeUrl, resource_errors: bool) -> Self::Sub;
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::Request) -> (Option<Node>, String);
     /// The names a request carries (subscribed names for delta), for limits.
@@ -82,8 +84,10 @@ impl Protocol for Sotw {
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub {
-        SotwSubStream::new(traits)
+    fn new_sub(type_url: &TypeUrl, resource_errors: bool) -> Self::Sub {
+        let mut sub = SotwSubStream::new(type_url.traits());
+        sub.configure_names(Some(type_url.message_name()), resource_errors);
+        sub
     }
 
     fn header(request: &mut DiscoveryRequest) -> (Option<Node>, String) {
@@ -164,8 +168,10 @@ impl Protocol for Delta {
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
-    fn new_sub(traits: TypeTraits) -> Self::Sub {
-        DeltaSubStream::new(traits)
+    fn new_sub(type_url: &TypeUrl, resource_errors: bool) -> Self::Sub {
+        let mut sub = DeltaSubStream::new(type_url.traits());
+        sub.configure_names(Some(type_url.message_name()), resource_errors);
+        sub
     }
 
     fn header(request: &mut DeltaDiscoveryRequest) -> (Option<Node>, String) {
