@@ -34,7 +34,7 @@ fn absent(r: &xds_core::DeltaResponse<Res>) -> Vec<String> {
         .collect()
 }
 
-fn errors<'a>(e: &'a [xds_core::ResourceError]) -> Vec<(&'a str, i32)> {
+fn errors(e: &[xds_core::ResourceError]) -> Vec<(&str, i32)> {
     e.iter().map(|e| (e.name.as_str(), e.error.code)).collect()
 }
 
