@@ -45,8 +45,9 @@ pub(crate) struct Table {
     /// The order-independent type version of every (name, version) (rule S16).
     version: TypeVersion,
     /// Errors attached to names (rule C4), with the revision that set them: few, so
-    /// `changed_since` walks them all.
-    errors: BTreeMap<Arc<str>, (ErrorDetail, u64)>,
+    /// `changed_since` walks them all. Boxed: most tables never have one, and a table is kept
+    /// per type and node group.
+    errors: Option<Box<BTreeMap<Arc<str>, (ErrorDetail, u64)>>>,
     /// Index entries `collect_tombstones` has looked at: the work a deletion costs, for tests.
     #[cfg(test)]
     scanned: usize,
@@ -119,15 +120,16 @@ impl Table {
         };
         match error {
             Some(error) => {
-                if self.errors.get(&name).is_some_and(|(e, _)| *e == error) {
+                let errors = self.errors.get_or_insert_default();
+                if errors.get(&name).is_some_and(|(e, _)| *e == error) {
                     return false;
                 }
                 self.revision += 1;
-                self.errors.insert(name, (error, self.revision));
+                errors.insert(name, (error, self.revision));
                 true
             }
             // A cleared error needs no telling: the client keeps it until the resource arrives.
-            None => self.errors.remove(&name).is_some(),
+            None => self.errors.as_mut().is_some_and(|errors| errors.remove(&name).is_some()),
         }
     }
 
@@ -195,7 +197,7 @@ impl View for Table {
     }
 
     fn resource_error(&self, name: &str) -> Option<ErrorDetail> {
-        self.errors.get(name).map(|(e, _)| e.clone())
+        self.errors.as_ref()?.get(name).map(|(e, _)| e.clone())
     }
 
     fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
@@ -211,7 +213,8 @@ impl View for Table {
         for name in self.changes.range(revision + 1..).map(|(_, name)| name) {
             f(name);
         }
-        for (name, _) in self.errors.iter().filter(|(_, (_, r))| *r > revision) {
+        let errors = self.errors.iter().flat_map(|errors| errors.iter());
+        for (name, _) in errors.filter(|(_, (_, r))| *r > revision) {
             f(name);
         }
         true
