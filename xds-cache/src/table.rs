@@ -14,6 +14,9 @@ use crate::vhds;
 /// subscription instead.
 const MIN_TOMBSTONES: usize = 1024;
 
+/// Errors attached to names, with the revision that set each (rule C4).
+type Errors = BTreeMap<Arc<str>, (ErrorDetail, u64)>;
+
 #[derive(Clone, Debug)]
 struct Entry {
     resource: EncodedResource,
@@ -47,7 +50,7 @@ pub(crate) struct Table {
     /// Errors attached to names (rule C4), with the revision that set them: few, so
     /// `changed_since` walks them all. Boxed: most tables never have one, and a table is kept
     /// per type and node group.
-    errors: Option<Box<BTreeMap<Arc<str>, (ErrorDetail, u64)>>>,
+    errors: Option<Box<Errors>>,
     /// Index entries `collect_tombstones` has looked at: the work a deletion costs, for tests.
     #[cfg(test)]
     scanned: usize,
