@@ -105,7 +105,9 @@ impl LinearCache {
 
     /// Deletes a resource. Returns whether it existed.
     pub fn delete(&self, name: &str) -> bool {
-        let changed = self.write().delete(name);
+        // Rule C1: resources are keyed by the normal form of their `xdstp://` names.
+        let name = xds_proto::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name));
+        let changed = self.write().delete(&name);
         if changed {
             self.inner.watchers.notify(&());
         }
@@ -135,9 +137,23 @@ impl LinearCache {
         Ok(changed)
     }
 
+    /// Attaches an error to `name`, or clears it with `None` (rule C4). Clients subscribed to
+    /// `name` while no resource of that name exists are sent it once in `resource_errors`
+    /// (`UNAVAILABLE`: "the inventory behind this name is unreachable"; `PERMISSION_DENIED`,
+    /// `NOT_FOUND`: data errors, the client may drop what it holds). `*` stands for wildcard
+    /// subscriptions. Upserting the resource supersedes the error for the clients that get it.
+    pub fn set_error(&self, name: &str, error: Option<xds_core::ErrorDetail>) -> bool {
+        let changed = self.write().set_error(name, error);
+        if changed {
+            self.inner.watchers.notify(&());
+        }
+        changed
+    }
+
     /// The resource with this name.
     pub fn get(&self, name: &str) -> Option<EncodedResource> {
-        self.read().get(name).cloned()
+        let name = xds_proto::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name));
+        self.read().get(&name).cloned()
     }
 
     /// Every resource, by name.

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use xds_core::View;
+use xds_core::{ErrorDetail, View};
 use xds_proto::EncodedResource;
 
 use crate::version::TypeVersion;
@@ -13,6 +13,9 @@ use crate::vhds;
 /// table's size) the oldest are forgotten, and a stream that is that far behind compares its whole
 /// subscription instead.
 const MIN_TOMBSTONES: usize = 1024;
+
+/// Errors attached to names, with the revision that set each (rule C4).
+type Errors = BTreeMap<Arc<str>, (ErrorDetail, u64)>;
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -44,6 +47,10 @@ pub(crate) struct Table {
     horizon: u64,
     /// The order-independent type version of every (name, version) (rule S16).
     version: TypeVersion,
+    /// Errors attached to names (rule C4), with the revision that set them: few, so
+    /// `changed_since` walks them all. Boxed: most tables never have one, and a table is kept
+    /// per type and node group.
+    errors: Option<Box<Errors>>,
     /// Index entries `collect_tombstones` has looked at: the work a deletion costs, for tests.
     #[cfg(test)]
     scanned: usize,
@@ -132,6 +139,29 @@ impl Table {
         changed
     }
 
+    /// Attaches an error to `name` (`None` clears it): sent to clients subscribed to `name`
+    /// while no resource of that name exists (rule C4). The name is normalized like resource
+    /// names (rule C1); `*` stands for a wildcard subscription. Returns whether anything changed.
+    pub(crate) fn set_error(&mut self, name: &str, error: Option<ErrorDetail>) -> bool {
+        let name: Arc<str> = match xds_proto::xdstp::normalize(name) {
+            Ok(normal) => normal.as_ref().into(),
+            Err(_) => name.into(),
+        };
+        match error {
+            Some(error) => {
+                let errors = self.errors.get_or_insert_default();
+                if errors.get(&name).is_some_and(|(e, _)| *e == error) {
+                    return false;
+                }
+                self.revision += 1;
+                errors.insert(name, (error, self.revision));
+                true
+            }
+            // A cleared error needs no telling: the client keeps it until the resource arrives.
+            None => self.errors.as_mut().is_some_and(|errors| errors.remove(&name).is_some()),
+        }
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&EncodedResource> {
         self.entries.get(name).map(|e| &e.resource)
     }
@@ -195,6 +225,10 @@ impl View for Table {
         vhds::best_match(host, candidates).cloned()
     }
 
+    fn resource_error(&self, name: &str) -> Option<ErrorDetail> {
+        self.errors.as_ref()?.get(name).map(|(e, _)| e.clone())
+    }
+
     fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
         for entry in self.entries.values() {
             f(&entry.resource);
@@ -206,6 +240,10 @@ impl View for Table {
             return false;
         }
         for name in self.changes.range(revision + 1..).map(|(_, name)| name) {
+            f(name);
+        }
+        let errors = self.errors.iter().flat_map(|errors| errors.iter());
+        for (name, _) in errors.filter(|(_, (_, r))| *r > revision) {
             f(name);
         }
         true

@@ -13,7 +13,16 @@ impl Protocol for Delta {
     type Request = DeltaRequest;
     type Response<R: Resource> = DeltaResponse<R>;
 
-    fn handle<R: Resource>(sub: &mut SubStream<Self, R>, request: DeltaRequest) -> Handled {
+    fn handle<R: Resource>(sub: &mut SubStream<Self, R>, mut request: DeltaRequest) -> Handled {
+        // Rule C1: every name is normalized once, here; refused names go no further.
+        let names = sub.naming.admit_delta(
+            std::mem::take(&mut request.subscribe),
+            std::mem::take(&mut request.unsubscribe),
+            std::mem::take(&mut request.initial_resource_versions),
+        );
+        request.subscribe = names.subscribe;
+        request.unsubscribe = names.unsubscribe;
+        request.initial_resource_versions = names.initial;
         let kind = sub.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
@@ -61,10 +70,17 @@ impl Protocol for Delta {
         defer_removals: bool,
     ) -> Option<DeltaResponse<R>> {
         let removals = if defer_removals { Removals::Defer } else { Removals::Send };
-        let diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
+        let mut diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
+        let resource_errors = sub.naming.errors(
+            view,
+            &sub.subscription,
+            &mut diff.absent,
+            &diff.recheck,
+            diff.send.keys().map(String::as_str),
+        );
         // A wildcard's first response is owed even when empty: the client knows it has everything.
         let first_wildcard = !sub.responded && sub.subscription.is_wildcard();
-        if diff.is_empty() && !first_wildcard {
+        if diff.is_empty() && resource_errors.is_empty() && !first_wildcard {
             return None;
         }
         let mut resources: BTreeMap<String, DeltaResource<R>> = diff
@@ -81,12 +97,17 @@ impl Protocol for Delta {
         }
         let mut removed_resources = diff.removed;
         removed_resources.sort();
+        let spellings = sub.naming.spellings_for(
+            resources.keys().map(String::as_str).chain(removed_resources.iter().map(String::as_str)),
+        );
         Some(DeltaResponse {
             system_version_info: view.version(),
             nonce: sub.flow.sent(nonces),
             resources: resources.into_values().collect(),
             removed_resources,
             heartbeat: false,
+            resource_errors,
+            spellings,
         })
     }
 
@@ -104,6 +125,8 @@ impl Protocol for Delta {
             resources: resources.collect(),
             removed_resources: Vec::new(),
             heartbeat: true,
+            resource_errors: Vec::new(),
+            spellings: BTreeMap::new(),
         }
     }
 }

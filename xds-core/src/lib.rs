@@ -46,6 +46,7 @@ mod delta;
 mod flow;
 mod held;
 mod message;
+mod naming;
 mod nonce;
 mod resource;
 mod sotw;
@@ -53,11 +54,13 @@ mod stream;
 mod subscription;
 mod substream;
 mod tracker;
+pub mod xdstp;
 
 pub use message::{
     DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwRequest,
     SotwResponse,
 };
+pub use naming::{RESOURCE_ERRORS_CLIENT_FEATURES, ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, TypeTraits, View};
 pub use stream::{

@@ -102,6 +102,8 @@ pub struct SotwResponse<R> {
     /// A heartbeat: the resources (all with a TTL) are refreshed, not changed; they go on the wire
     /// as `Resource` wrappers without a body, at the version the client holds.
     pub heartbeat: bool,
+    /// Why subscribed resources are not sent (rule C4), sorted by name; each is sent once.
+    pub resource_errors: Vec<crate::naming::ResourceError>,
 }
 
 /// One entry of a delta response.
@@ -137,4 +139,10 @@ pub struct DeltaResponse<R> {
     /// A heartbeat: every entry is a resource with a TTL that the client holds at this version,
     /// to be sent without its body so that the client renews its TTL.
     pub heartbeat: bool,
+    /// Why subscribed resources are not sent (rule C4), sorted by name; each is sent once.
+    pub resource_errors: Vec<crate::naming::ResourceError>,
+    /// Rule C1: the client's own spelling of the `xdstp://` names in this response whose normal
+    /// form differs (normal form -> as the client wrote it). The entries, `removed_resources`
+    /// and errors above are by normal form; the wire names each as the client asked.
+    pub spellings: BTreeMap<String, String>,
 }

@@ -62,6 +62,16 @@ pub trait View {
         None
     }
 
+    /// Why the resource `name` cannot be served, if a cache or its user said so (rule C4): sent
+    /// once in `resource_errors` to clients subscribed to `name` while it does not exist (for a
+    /// wildcard subscription, the error of `*`). An error for a resource that exists is not sent:
+    /// the resource is. A view that reports changes should report a name whose error changed in
+    /// [`changed_since`](Self::changed_since), so that streams look at it again.
+    fn resource_error(&self, name: &str) -> Option<crate::message::ErrorDetail> {
+        let _ = name;
+        None
+    }
+
     /// Calls `f` with every resource, for wildcard subscriptions.
     fn for_each(&self, f: &mut dyn FnMut(&Self::Resource));
 

@@ -38,8 +38,9 @@ impl Protocol for Sotw {
             _ => {}
         }
         let first = kind == RequestKind::Initial;
-        let change =
-            sub.subscription.apply_sotw(request.resource_names, first, sub.traits.wildcard_capable);
+        // Rule C1: every name is normalized once, here; refused names go no further.
+        let names = sub.naming.admit_sotw(request.resource_names);
+        let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
         for name in &change.added {
             if name == WILDCARD {
                 sub.tracker.synced = None;
@@ -64,16 +65,23 @@ impl Protocol for Sotw {
             return None;
         }
         let removals = if defer_removals { Removals::Defer } else { Removals::Send };
-        let diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
+        let mut diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
+        let resource_errors = sub.naming.errors(
+            view,
+            &sub.subscription,
+            &mut diff.absent,
+            &diff.recheck,
+            diff.send.keys().map(String::as_str),
+        );
         let owed_first =
             !sub.responded && (sub.traits.full_state || sub.subscription.is_wildcard());
         let resources = if sub.traits.full_state {
-            if diff.is_empty() && !owed_first {
+            if diff.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
             full_state(sub, view)
         } else {
-            if diff.send.is_empty() && !owed_first {
+            if diff.send.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
             diff.send.into_values().map(|(resource, _)| resource).collect()
@@ -83,6 +91,7 @@ impl Protocol for Sotw {
             nonce: sub.flow.sent(nonces),
             resources,
             heartbeat: false,
+            resource_errors,
         })
     }
 
@@ -96,6 +105,7 @@ impl Protocol for Sotw {
             nonce,
             resources: held,
             heartbeat: true,
+            resource_errors: Vec::new(),
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use std::marker::PhantomData;
 
+use crate::naming::Naming;
 use crate::flow::{Flow, Phase};
 use crate::message::Handled;
 use crate::nonce::Nonces;
@@ -122,6 +123,8 @@ pub struct SubStream<P, R> {
     pub(crate) acked_version: Option<String>,
     /// The version of the latest response sent.
     pub(crate) last_sent_version: Option<String>,
+    /// Rules C1, C4: names normalized on the way in, resource errors on the way out.
+    pub(crate) naming: Naming,
     variant: PhantomData<fn() -> P>,
 }
 
@@ -137,8 +140,18 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             reconnect_version: None,
             acked_version: None,
             last_sent_version: None,
+            naming: Naming::default(),
             variant: PhantomData,
         }
+    }
+
+    /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an
+    /// `xdstp://` name of another type is refused) and whether the client reads
+    /// `resource_errors` (then a subscribed name that does not exist is answered `NOT_FOUND`
+    /// there instead of with silence (SotW) or a bodiless resource (delta)). Call it before the
+    /// first request.
+    pub fn configure_names(&mut self, resource_type: Option<&str>, resource_errors: bool) {
+        self.naming.configure(resource_type, resource_errors);
     }
 
     /// Takes in one request. SotW: rules S4, S5, S7, S8, S9, S10, S12, S15; delta: D1, D2, D3, D7,

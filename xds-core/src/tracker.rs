@@ -56,6 +56,9 @@ pub(crate) struct Diff<R> {
     /// Explicitly subscribed names that do not exist and that the client was not yet told about
     /// (rule D6), with whether the name was an alias subscription.
     pub(crate) absent: Vec<(String, bool)>,
+    /// Subscribed names the client already holds as absent that the view reported as changed:
+    /// an error may have been attached to them since (rule C4).
+    pub(crate) recheck: Vec<String>,
 }
 
 impl<R> Diff<R> {
@@ -155,7 +158,12 @@ impl<R: Resource> Tracker<R> {
     ) -> Diff<R> {
         let candidates = self.candidates(sub, traits, view);
         self.deferred.clear();
-        let mut diff = Diff { send: BTreeMap::new(), removed: Vec::new(), absent: Vec::new() };
+        let mut diff = Diff {
+            send: BTreeMap::new(),
+            removed: Vec::new(),
+            absent: Vec::new(),
+            recheck: Vec::new(),
+        };
         for name in candidates {
             self.compare(&name, sub, traits, view, removals, &mut diff);
         }
@@ -256,7 +264,7 @@ impl<R: Resource> Tracker<R> {
                         self.unhold(name);
                     }
                 }
-                Some(HeldRef::Absent) if !forced => {}
+                Some(HeldRef::Absent) if !forced => diff.recheck.push(name.to_owned()),
                 _ if explicit => {
                     self.hold(Arc::from(name), Held::Absent);
                     diff.absent.push((name.to_owned(), traits.aliases));

@@ -43,6 +43,17 @@ pub enum EncodeError {
         /// The resource's type URL.
         type_url: String,
     },
+    /// The resource's name is an `xdstp://` name that does not parse, or whose type segment is
+    /// not the resource's type (rule C1).
+    #[error("a {type_url} resource has an invalid xdstp name {name:?}: {error}")]
+    InvalidName {
+        /// The resource's type URL.
+        type_url: String,
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        error: crate::xdstp::XdstpError,
+    },
     /// The bytes of an `Any` are not a valid message of its type, or its type is unknown.
     #[error("cannot read a {type_url} resource: {message}")]
     Decode {
@@ -78,11 +89,12 @@ impl EncodedResource {
         if name.is_empty() {
             return Err(EncodeError::EmptyName { type_url: type_url.as_str().to_owned() });
         }
+        let name = normal_name(&type_url, name)?;
         let canonical = canonical_bytes(type_url.message_name(), encoded);
         let version = content_version(&canonical);
         Ok(EncodedResource(Arc::new(Inner {
             type_url,
-            name: name.into(),
+            name: Arc::from(&*name),
             version,
             value: Bytes::copy_from_slice(&canonical),
             ttl: None,
@@ -129,7 +141,8 @@ impl EncodedResource {
         }))
     }
 
-    /// The resource's name.
+    /// The resource's name; an `xdstp://` name in its normal form (rule C1), so that caches
+    /// keyed by it match a client's spelling however either ordered the context parameters.
     pub fn name(&self) -> &str {
         &self.0.name
     }
@@ -253,12 +266,55 @@ fn content_version(canonical: &[u8]) -> Box<str> {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(canonical)).into_boxed_str()
 }
 
+/// The name resources are keyed by: an `xdstp://` name in its normal form, after checking that
+/// its type segment is the resource's type (rule C1); any other name as it is.
+fn normal_name<'a>(
+    type_url: &TypeUrl,
+    name: &'a str,
+) -> Result<std::borrow::Cow<'a, str>, EncodeError> {
+    if !crate::xdstp::is_xdstp(name) {
+        return Ok(std::borrow::Cow::Borrowed(name));
+    }
+    let invalid = |error| EncodeError::InvalidName {
+        type_url: type_url.as_str().to_owned(),
+        name: name.to_owned(),
+        error,
+    };
+    let parsed = crate::xdstp::XdstpName::parse(name).map_err(invalid)?;
+    parsed.check_type(type_url.message_name()).map_err(invalid)?;
+    let normal = parsed.to_string();
+    Ok(if normal == name {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(normal)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pb::envoy::config::cluster::v3::Cluster;
     use crate::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LbEndpoint};
     use crate::resource_type::ResourceType;
+
+    #[test]
+    fn c01_xdstp_resource_names_are_keyed_by_their_normal_form() {
+        let t = "envoy.config.cluster.v3.Cluster";
+        let named = |name: String| Cluster { name, ..Default::default() };
+        let r = EncodedResource::new(&named(format!("xdstp://a/{t}/c?z=1&a=%41"))).unwrap();
+        assert_eq!(r.name(), format!("xdstp://a/{t}/c?a=A&z=1"));
+        // The body keeps the name as written: only the key is normalized.
+        assert_eq!(
+            Cluster::decode(&r.value()[..]).unwrap().name,
+            format!("xdstp://a/{t}/c?z=1&a=%41")
+        );
+        let wrong = "xdstp://a/envoy.config.listener.v3.Listener/c".to_owned();
+        let err = EncodedResource::new(&named(wrong.clone())).unwrap_err();
+        assert!(matches!(&err, EncodeError::InvalidName { name, .. } if *name == wrong), "{err}");
+        assert!(EncodedResource::new(&named(format!("xdstp://a/{t}/%zz"))).is_err());
+        // Opaque names are untouched.
+        assert_eq!(EncodedResource::new(&named("c?z=1&a=2".into())).unwrap().name(), "c?z=1&a=2");
+    }
 
     #[test]
     fn s16_equal_content_gives_equal_version() {
@@ -288,8 +344,12 @@ mod tests {
             EncodedResource::new(&LbEndpoint::default()),
             Err(EncodeError::MissingName { .. })
         ));
-        let ep = EncodedResource::named("xdstp://x/ep/1", &LbEndpoint::default()).unwrap();
-        assert_eq!(ep.name(), "xdstp://x/ep/1");
+        let ep = EncodedResource::named(
+            "xdstp://x/envoy.config.endpoint.v3.LbEndpoint/ep/1",
+            &LbEndpoint::default(),
+        )
+        .unwrap();
+        assert_eq!(ep.name(), "xdstp://x/envoy.config.endpoint.v3.LbEndpoint/ep/1");
         assert!(matches!(
             EncodedResource::new(&Cluster::default()),
             Err(EncodeError::EmptyName { .. })

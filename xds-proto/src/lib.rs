@@ -52,5 +52,10 @@ pub use validate::{
     validate_any, validate_dynamic, validate_encoded,
 };
 
+/// `xdstp://` resource names (rule C1): parsing, the normal form, glob collections. The parser
+/// lives in the protocol core, which normalizes every name a client sends; it is re-exported
+/// here for code that builds or checks resource names.
+pub use xds_core::xdstp;
+
 pub use prost;
 pub use prost_reflect;

@@ -53,6 +53,7 @@ fn main() {
                 nonce: "1".into(),
                 resources: encoded.clone(),
                 heartbeat: false,
+                resource_errors: Vec::new(),
             };
             SotwWire::new(&type_url, response, None).encode_to_vec()
         })
@@ -86,6 +87,7 @@ fn main() {
                             nonce: "1".into(),
                             resources: encoded.clone(),
                             heartbeat: false,
+                            resource_errors: Vec::new(),
                         };
                         SotwWire::new(&type_url, response, None).encode_to_vec().len()
                     })

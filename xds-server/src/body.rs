@@ -177,6 +177,7 @@ mod tests {
                 resources,
                 nonce: format!("n-{version}"),
                 heartbeat: false,
+                resource_errors: Vec::new(),
             },
             Some("cp-1"),
         )

@@ -76,6 +76,14 @@ pub(crate) async fn fetch(
         .map_err(FetchError::Cache)?;
     let deadline = Instant::now() + shared.config.fetch_timeout;
     let wildcard = names.is_empty() && type_url.is_wildcard_capable();
+    // Rule C1: `xdstp://` names are looked up by their normal form; a malformed one matches
+    // nothing.
+    let mut wanted: Vec<String> = names
+        .iter()
+        .filter_map(|n| xds_proto::xdstp::normalize(n).ok().map(|n| n.into_owned()))
+        .collect();
+    wanted.sort();
+    wanted.dedup();
     loop {
         let mut current = None;
         watch.read(&mut |view| {
@@ -90,10 +98,7 @@ pub(crate) async fn fetch(
             if wildcard {
                 view.for_each(&mut |r| resources.push(r.clone()));
             } else {
-                let mut wanted: Vec<&String> = names.iter().collect();
-                wanted.sort();
-                wanted.dedup();
-                resources.extend(wanted.into_iter().filter_map(|n| view.get(n)));
+                resources.extend(wanted.iter().filter_map(|n| view.get(n)));
             }
             current = Some((v, resources));
         });

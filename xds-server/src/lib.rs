@@ -79,6 +79,7 @@ mod files;
 pub mod hds;
 pub mod lrs;
 mod metrics;
+mod naming;
 mod reporter;
 mod rest;
 mod server;

@@ -520,6 +520,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
                     type_url: type_url.as_str().to_owned(),
                     nonce: String::new(),
                     control_plane: shared.config.control_plane_id.clone(),
+                    resource_errors: Vec::new(),
                     heartbeat: false,
                 })),
                 Fetched::NotModified => Err(Status::deadline_exceeded(format!(

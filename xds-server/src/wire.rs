@@ -9,7 +9,9 @@
 use bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
-use xds_core::{DeltaResource, DeltaResponse, SotwResponse};
+use std::collections::BTreeMap;
+
+use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
 use xds_proto::{EncodedResource, TypeUrl};
 
 /// A `DiscoveryResponse` over encoded resources.
@@ -25,6 +27,8 @@ pub struct SotwWire {
     pub nonce: String,
     /// Field 6: `ControlPlane.identifier`, if set.
     pub control_plane: Option<String>,
+    /// Field 7: why subscribed resources are not sent (rule C4).
+    pub resource_errors: Vec<ResourceError>,
     /// A heartbeat: resources with a TTL go out as bodiless `Resource` wrappers.
     pub heartbeat: bool,
 }
@@ -44,6 +48,11 @@ pub struct DeltaWire {
     pub removed_resources: Vec<String>,
     /// Field 7: `ControlPlane.identifier`, if set.
     pub control_plane: Option<String>,
+    /// Field 9: why subscribed resources are not sent (rule C4).
+    pub resource_errors: Vec<ResourceError>,
+    /// Rule C1: the client's spelling of names whose normal form differs (normal -> asked); the
+    /// `Resource.name`s and `removed_resources` are written as the client asked.
+    pub spellings: BTreeMap<String, String>,
     /// A heartbeat: every resource goes out without its body.
     pub heartbeat: bool,
 }
@@ -57,6 +66,7 @@ impl SotwWire {
             type_url: type_url.as_str().to_owned(),
             nonce: r.nonce,
             control_plane: cp.map(str::to_owned),
+            resource_errors: r.resource_errors,
             heartbeat: r.heartbeat,
         }
     }
@@ -77,6 +87,8 @@ impl DeltaWire {
             nonce: r.nonce,
             removed_resources: r.removed_resources,
             control_plane: cp.map(str::to_owned),
+            resource_errors: r.resource_errors,
+            spellings: r.spellings,
             heartbeat: r.heartbeat,
         }
     }
@@ -211,6 +223,36 @@ fn put_control_plane(tag: u32, cp: &Option<String>, buf: &mut impl BufMut) {
     }
 }
 
+/// The body of `ResourceError { resource_name: ResourceName { name = 1 } = 1,
+/// error_detail: google.rpc.Status { code = 1, message = 2 } = 2 }`.
+fn resource_error_len(e: &ResourceError) -> (usize, usize, usize) {
+    let name = string_len(1, &e.name);
+    let code = if e.error.code == 0 { 0 } else { encoding::int32::encoded_len(1, &e.error.code) };
+    let status = code + string_len(2, &e.error.message);
+    (name, status, len_delimited(1, name) + len_delimited(2, status))
+}
+
+fn resource_errors_len(tag: u32, errors: &[ResourceError]) -> usize {
+    errors.iter().map(|e| len_delimited(tag, resource_error_len(e).2)).sum()
+}
+
+fn put_resource_errors(tag: u32, errors: &[ResourceError], buf: &mut impl BufMut) {
+    for e in errors {
+        let (name, status, body) = resource_error_len(e);
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(body as u64, buf);
+        encoding::encode_key(1, WireType::LengthDelimited, buf);
+        encoding::encode_varint(name as u64, buf);
+        put_string(1, &e.name, buf);
+        encoding::encode_key(2, WireType::LengthDelimited, buf);
+        encoding::encode_varint(status as u64, buf);
+        if e.error.code != 0 {
+            encoding::int32::encode(1, &e.error.code, buf);
+        }
+        put_string(2, &e.error.message, buf);
+    }
+}
+
 /// `Duration { seconds = 1, nanos = 2 }` of a TTL.
 fn duration_len(d: std::time::Duration) -> usize {
     let secs = d.as_secs();
@@ -232,32 +274,47 @@ fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
     }
 }
 
+/// The name a client knows `name` by (rule C1).
+fn spelled<'a>(spellings: &'a BTreeMap<String, String>, name: &'a str) -> &'a str {
+    spellings.get(name).map_or(name, String::as_str)
+}
+
 /// The body length of one delta `Resource` message.
-fn delta_resource_len(e: &DeltaResource<EncodedResource>, heartbeat: bool) -> usize {
+fn delta_resource_len(
+    e: &DeltaResource<EncodedResource>,
+    heartbeat: bool,
+    spellings: &BTreeMap<String, String>,
+) -> usize {
     match e {
         DeltaResource::Present { resource, aliases } => {
             string_len(1, resource.version())
                 + (if heartbeat { 0 } else { len_delimited(2, any_len(resource)) })
-                + string_len(3, resource.name())
+                + string_len(3, spelled(spellings, resource.name()))
                 + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
                 + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
         }
         DeltaResource::Absent { name, aliases } => {
-            string_len(3, name) + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+            string_len(3, spelled(spellings, name))
+                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
         }
     }
 }
 
-fn put_delta_resource(e: &DeltaResource<EncodedResource>, heartbeat: bool, buf: &mut impl BufMut) {
+fn put_delta_resource(
+    e: &DeltaResource<EncodedResource>,
+    heartbeat: bool,
+    spellings: &BTreeMap<String, String>,
+    buf: &mut impl BufMut,
+) {
     encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(delta_resource_len(e, heartbeat) as u64, buf);
+    encoding::encode_varint(delta_resource_len(e, heartbeat, spellings) as u64, buf);
     match e {
         DeltaResource::Present { resource, aliases } => {
             put_string(1, resource.version(), buf);
             if !heartbeat {
                 put_any(2, resource, buf);
             }
-            put_string(3, resource.name(), buf);
+            put_string(3, spelled(spellings, resource.name()), buf);
             for a in aliases {
                 put_bytes_field(4, a.as_bytes(), buf);
             }
@@ -266,7 +323,7 @@ fn put_delta_resource(e: &DeltaResource<EncodedResource>, heartbeat: bool, buf: 
             }
         }
         DeltaResource::Absent { name, aliases } => {
-            put_string(3, name, buf);
+            put_string(3, spelled(spellings, name), buf);
             for a in aliases {
                 put_bytes_field(4, a.as_bytes(), buf);
             }
@@ -293,6 +350,7 @@ impl Framed for SotwWire {
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
         put_control_plane(6, &self.control_plane, buf);
+        put_resource_errors(7, &self.resource_errors, buf);
     }
 }
 
@@ -321,6 +379,7 @@ impl Message for SotwWire {
             + string_len(4, &self.type_url)
             + string_len(5, &self.nonce)
             + control_plane_len(6, &self.control_plane)
+            + resource_errors_len(7, &self.resource_errors)
     }
 
     fn clear(&mut self) {
@@ -339,7 +398,7 @@ impl Framed for DeltaWire {
 
     fn put_part(&self, i: usize, buf: &mut impl BufMut) {
         if let Some(e) = self.resources.get(i) {
-            put_delta_resource(e, self.heartbeat, buf);
+            put_delta_resource(e, self.heartbeat, &self.spellings, buf);
         }
     }
 
@@ -347,9 +406,10 @@ impl Framed for DeltaWire {
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
         for name in &self.removed_resources {
-            put_bytes_field(6, name.as_bytes(), buf);
+            put_bytes_field(6, spelled(&self.spellings, name).as_bytes(), buf);
         }
         put_control_plane(7, &self.control_plane, buf);
+        put_resource_errors(9, &self.resource_errors, buf);
     }
 }
 
@@ -373,12 +433,17 @@ impl Message for DeltaWire {
             + self
                 .resources
                 .iter()
-                .map(|e| len_delimited(2, delta_resource_len(e, self.heartbeat)))
+                .map(|e| len_delimited(2, delta_resource_len(e, self.heartbeat, &self.spellings)))
                 .sum::<usize>()
             + string_len(4, &self.type_url)
             + string_len(5, &self.nonce)
-            + self.removed_resources.iter().map(|n| len_delimited(6, n.len())).sum::<usize>()
+            + self
+                .removed_resources
+                .iter()
+                .map(|n| len_delimited(6, spelled(&self.spellings, n).len()))
+                .sum::<usize>()
             + control_plane_len(7, &self.control_plane)
+            + resource_errors_len(9, &self.resource_errors)
     }
 
     fn clear(&mut self) {
@@ -405,6 +470,7 @@ mod tests {
             type_url: xds_proto::ResourceType::Cluster.type_url().into(),
             nonce: "7".into(),
             control_plane: Some("cp-1".into()),
+            resource_errors: Vec::new(),
             heartbeat: false,
         };
         let bytes = wire.encode_to_vec();
@@ -434,6 +500,7 @@ mod tests {
                 type_url: xds_proto::ResourceType::Cluster.type_url().into(),
                 nonce: "1".into(),
                 control_plane: None,
+                resource_errors: Vec::new(),
                 heartbeat,
             };
             let bytes = wire.encode_to_vec();
@@ -484,6 +551,8 @@ mod tests {
             nonce: "n".into(),
             removed_resources: vec!["r1".into(), "r2".into()],
             control_plane: None,
+            resource_errors: Vec::new(),
+            spellings: BTreeMap::new(),
             heartbeat: false,
         };
         let bytes = wire.encode_to_vec();
@@ -503,5 +572,53 @@ mod tests {
         assert_eq!((gone.name.as_str(), gone.resource.is_none()), ("gone", true));
         assert_eq!(gone.aliases, ["gone"]);
         assert!(d.control_plane.is_none());
+    }
+
+    #[test]
+    fn c04_resource_errors_and_c01_spellings_decode() {
+        use xds_core::{ErrorDetail, code};
+        let errors = vec![
+            ResourceError { name: "gone".into(), error: ErrorDetail::new(code::NOT_FOUND, "no") },
+            ResourceError { name: "*".into(), error: ErrorDetail::new(0, "") },
+        ];
+        let sotw = SotwWire {
+            resources: vec![cluster("a")],
+            resource_errors: errors.clone(),
+            control_plane: Some("cp".into()),
+            ..Default::default()
+        };
+        let bytes = sotw.encode_to_vec();
+        assert_eq!(bytes.len(), sotw.encoded_len());
+        let d = DiscoveryResponse::decode(&*bytes).unwrap();
+        let got: Vec<_> = d
+            .resource_errors
+            .iter()
+            .map(|e| {
+                let status = e.error_detail.clone().unwrap_or_default();
+                (e.resource_name.clone().unwrap_or_default().name, status.code, status.message)
+            })
+            .collect();
+        assert_eq!(got, [("gone".into(), 5, "no".into()), ("*".into(), 0, String::new())]);
+        assert_eq!(d.control_plane.unwrap().identifier, "cp");
+
+        let normal = "xdstp://a/envoy.config.cluster.v3.Cluster/x?a=1&b=2";
+        let asked = "xdstp://a/envoy.config.cluster.v3.Cluster/x?b=2&a=1";
+        let r =
+            EncodedResource::new(&Cluster { name: asked.into(), ..Default::default() }).unwrap();
+        assert_eq!(r.name(), normal);
+        let delta = DeltaWire {
+            resources: vec![DeltaResource::Present { resource: r, aliases: vec![] }],
+            removed_resources: vec![normal.into()],
+            resource_errors: errors,
+            spellings: BTreeMap::from([(normal.to_owned(), asked.to_owned())]),
+            ..Default::default()
+        };
+        let bytes = delta.encode_to_vec();
+        assert_eq!(bytes.len(), delta.encoded_len());
+        let d = DeltaDiscoveryResponse::decode(&*bytes).unwrap();
+        assert_eq!(d.resources[0].name, asked);
+        assert_eq!(d.removed_resources, [asked]);
+        assert_eq!(d.resource_errors.len(), 2);
+        assert_eq!(d.resource_errors[0].error_detail.as_ref().unwrap().code, 5);
     }
 }

@@ -214,6 +214,26 @@ impl SnapshotCache {
         count
     }
 
+    /// Attaches an error to the resource `name` of `type_url` for `group`, or clears it with
+    /// `None` (rule C4): sent once in `resource_errors` to that group's clients subscribed to
+    /// `name` while no such resource exists (`*`: the wildcard). Errors outlive snapshots: set
+    /// the resource, or clear the error, to end it. Returns whether anything changed.
+    pub fn set_error(
+        &self,
+        group: &str,
+        type_url: &TypeUrl,
+        name: &str,
+        error: Option<xds_core::ErrorDetail>,
+    ) -> bool {
+        let state = self.inner.group(group);
+        let changed =
+            write(&state.data).tables.entry(type_url.clone()).or_default().set_error(name, error);
+        if changed {
+            self.inner.watchers.notify(&(group.to_owned(), type_url.clone()));
+        }
+        changed
+    }
+
     /// The snapshot served to `group`.
     pub fn snapshot(&self, group: &str) -> Option<Snapshot> {
         let state = read(&self.inner.groups).get(group).cloned()?;

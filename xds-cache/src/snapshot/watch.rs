@@ -193,6 +193,10 @@ impl View for Rebased<'_, '_> {
         self.view.resolve_alias(alias)
     }
 
+    fn resource_error(&self, name: &str) -> Option<xds_core::ErrorDetail> {
+        self.view.resource_error(name)
+    }
+
     fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
         self.view.for_each(f);
     }

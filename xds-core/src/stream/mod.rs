@@ -218,6 +218,8 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
     /// call keeps it to what one call produced (a few per request, one per response).
     events: VecDeque<Event<K>>,
+    /// Rule C4: the client reads `resource_errors` (it said so in its node's client features).
+    resource_errors: bool,
 }
 
 impl<N, K: std::fmt::Debug, P: Protocol, R: Resource> std::fmt::Debug for Stream<N, K, P, R> {
@@ -252,7 +254,16 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             nonces: Nonces::new(),
             ready: VecDeque::new(),
             events: VecDeque::new(),
+            resource_errors: false,
         }
+    }
+
+    /// Rule C4: whether the client reads `resource_errors` (the caller reads it from the node's
+    /// client features). Sub-streams opened after this call answer a subscribed name that does not
+    /// exist with `NOT_FOUND` there; call it with the first request, before
+    /// [`handle_request`](Self::handle_request).
+    pub fn set_resource_errors(&mut self, on: bool) {
+        self.resource_errors = on;
     }
 
     /// Checks a request before anything else looks at it: the stream's rate limit, the number of
@@ -298,8 +309,15 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         request: P::Request,
         now: Instant,
     ) -> Result<(), StreamError> {
+        let resource_errors = self.resource_errors;
         let slot = self.subs.entry(type_key.clone()).or_insert_with(|| Slot {
-            sub: SubStream::new(type_key.traits()),
+            sub: {
+                let mut sub = SubStream::new(type_key.traits());
+                // Rule C1: an xdstp:// name must name this type (by its message name).
+                let message_name = type_key.type_url().rsplit('/').next();
+                sub.configure_names(message_name, resource_errors);
+                sub
+            },
             role: type_key.role(),
             sent_at: None,
             refreshed_at: now,

@@ -41,6 +41,8 @@ pub struct MemView {
     pub not_ready: bool,
     /// Resources with a time to live.
     pub ttls: BTreeMap<String, std::time::Duration>,
+    /// Errors attached to names (rule C4).
+    pub errors: BTreeMap<String, ErrorDetail>,
 }
 
 impl MemView {
@@ -65,6 +67,11 @@ impl MemView {
         self.revision += 1;
         self.aliases.insert(alias.into(), target.into());
         self.log.push((self.revision, target.into()));
+    }
+    pub fn set_error(&mut self, name: &str, code: i32, message: &str) {
+        self.revision += 1;
+        self.errors.insert(name.into(), ErrorDetail { code, message: message.into() });
+        self.log.push((self.revision, name.into()));
     }
     fn res(&self, name: &str) -> Option<Res> {
         self.resources.get(name).map(|v| Res {
@@ -94,6 +101,9 @@ impl View for MemView {
     }
     fn get(&self, name: &str) -> Option<Res> {
         self.res(name)
+    }
+    fn resource_error(&self, name: &str) -> Option<ErrorDetail> {
+        self.errors.get(name).cloned()
     }
     fn resolve_alias(&self, alias: &str) -> Option<Res> {
         self.aliases.get(alias).and_then(|t| self.res(t))

@@ -276,6 +276,8 @@ impl<P: Protocol> Driver<P> {
             self.shared.metrics.refused("callback");
             return Err(Status::permission_denied(refusal.0));
         }
+        // Rule C4: a client that reads resource_errors is told why a name is not served.
+        lock(&self.core.0).set_resource_errors(crate::naming::reads_resource_errors(&node));
         let mut status = lock(&self.status);
         status.node_id = node.id.clone();
         status.node_cluster = node.cluster.clone();

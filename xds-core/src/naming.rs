@@ -1,0 +1,263 @@
+//! Names as they enter a sub-stream, and per-resource errors as they leave it (rules C1, C4).
+//!
+//! Every name a request carries passes through [`Naming`] once, before the subscription sees
+//! it: `xdstp://` names are parsed and replaced by their normal form (rule C1), so the
+//! subscription, what the client holds and the caches' keys all speak one spelling. A name that
+//! does not parse, or whose type segment is not the sub-stream's type, is *refused*: it never
+//! enters the subscription, and the client is told why once, as a per-resource error
+//! (`INVALID_ARGUMENT` in `resource_errors`), while the rest of the stream goes on. A stream error
+//! would have cut every other resource of the client off for one bad name; TP3 exists to avoid
+//! exactly that.
+//!
+//! On the way out, `resource_errors` (rule C4) carry:
+//! - `INVALID_ARGUMENT` for a refused name (always: clients that do not read the field lose
+//!   nothing, the name would never have been answered);
+//! - the error a cache attached to a subscribed name that does not exist ([`View::resource_error`],
+//!   e.g. `UNAVAILABLE`: "upstream inventory unreachable"), or to `*` for a wildcard;
+//! - `NOT_FOUND` for a subscribed name that does not exist, when the client declared it reads
+//!   resource errors ([`RESOURCE_ERRORS_CLIENT_FEATURES`]). On delta this replaces the bodiless
+//!   `Resource` of rule D6; a client that did not declare it keeps getting D6 (delta) or silence
+//!   (SotW), as before.
+//!
+//! Each error is sent once, and forgotten when the resource is sent (the client keeps the error
+//! until then, TP3).
+
+use std::collections::BTreeMap;
+
+use crate::message::ErrorDetail;
+use crate::resource::View;
+use crate::subscription::{Subscription, WILDCARD};
+use crate::xdstp::{self, XdstpError};
+
+/// `Node.client_features` values by which a client declares that it reads `resource_errors`
+/// (TP3 / gRPC A88). No well-known name is registered yet; these are the ones accepted.
+pub const RESOURCE_ERRORS_CLIENT_FEATURES: &[&str] =
+    &["xds.config.supports-resource-errors", "envoy.config.supports-resource-errors"];
+
+/// The `google.rpc.Code` values that per-resource errors use.
+pub mod code {
+    /// The client's name is malformed or of another type (rule C1).
+    pub const INVALID_ARGUMENT: i32 = 3;
+    /// The resource does not exist: a data error, the client may drop what it has.
+    pub const NOT_FOUND: i32 = 5;
+    /// The client may not have the resource: a data error.
+    pub const PERMISSION_DENIED: i32 = 7;
+    /// Transient: the client keeps what it has.
+    pub const UNKNOWN: i32 = 2;
+    /// Transient: the client keeps what it has.
+    pub const INTERNAL: i32 = 13;
+    /// Transient: the client keeps what it has.
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+/// One entry of `resource_errors`: why the server does not send a subscribed resource (rule C4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceError {
+    /// The name as the client subscribed to it (`*` or a glob for a collection's error).
+    pub name: String,
+    /// The `google.rpc.Status` (code and message) to send.
+    pub error: ErrorDetail,
+}
+
+impl ErrorDetail {
+    /// A status with `code` (see [`code`]) and `message`.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        ErrorDetail { code, message: message.into() }
+    }
+
+    /// Whether the code is a data error (`NOT_FOUND`, `PERMISSION_DENIED`): the client may drop
+    /// what it holds. Every other code is transient (TP3).
+    pub fn is_data_error(&self) -> bool {
+        matches!(self.code, code::NOT_FOUND | code::PERMISSION_DENIED)
+    }
+}
+
+/// A sub-stream's name handling: normalization on the way in, errors on the way out.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Naming {
+    /// The sub-stream's type as a message name, for the type segment of `xdstp://` names.
+    resource_type: Option<Box<str>>,
+    /// The client reads `resource_errors`: absent names get `NOT_FOUND`.
+    not_found: bool,
+    /// Normal form -> the client's spelling, only where they differ: a resource is answered
+    /// under the name the client asked for (rule C1).
+    spellings: BTreeMap<String, String>,
+    /// Names refused (as the client wrote them): told once, and not again while the client
+    /// repeats them (a SotW client repeats its whole set with every ACK).
+    refused: BTreeMap<String, ErrorDetail>,
+    /// Errors owed in the next response.
+    pending: BTreeMap<String, ErrorDetail>,
+    /// Errors sent (by normal form) and not yet superseded by the resource.
+    reported: BTreeMap<String, ErrorDetail>,
+}
+
+/// What a delta request's lists become after normalization.
+pub(crate) struct DeltaNames {
+    pub(crate) subscribe: Vec<String>,
+    pub(crate) unsubscribe: Vec<String>,
+    pub(crate) initial: BTreeMap<String, String>,
+}
+
+impl Naming {
+    pub(crate) fn configure(&mut self, resource_type: Option<&str>, resource_errors: bool) {
+        self.resource_type = resource_type.map(Into::into);
+        self.not_found = resource_errors;
+    }
+
+    /// The normal form of `name`, or why it is refused.
+    fn normal(&self, name: &str) -> Result<String, XdstpError> {
+        if !xdstp::is_xdstp(name) {
+            return Ok(name.to_owned());
+        }
+        let parsed = xdstp::XdstpName::parse(name)?;
+        if let Some(expected) = &self.resource_type {
+            parsed.check_type(expected)?;
+        }
+        Ok(parsed.to_string())
+    }
+
+    fn refuse(&mut self, name: String, error: &XdstpError) {
+        let detail = ErrorDetail::new(code::INVALID_ARGUMENT, format!("{error}"));
+        if !self.refused.contains_key(&name) {
+            self.pending.insert(name.clone(), detail.clone());
+        }
+        self.refused.insert(name, detail);
+    }
+
+    /// A SotW request's full set, normalized; refused names are left out.
+    pub(crate) fn admit_sotw(&mut self, names: Vec<String>) -> Vec<String> {
+        if !names.iter().any(|n| xdstp::is_xdstp(n)) {
+            // The common case costs one prefix check per name.
+            self.refused.clear();
+            self.spellings.clear();
+            return names;
+        }
+        let before = std::mem::take(&mut self.refused);
+        self.spellings.clear();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            match self.normal(&name) {
+                Ok(normal) => {
+                    if normal != name {
+                        self.spellings.insert(normal.clone(), name);
+                    }
+                    out.push(normal);
+                }
+                Err(e) => {
+                    if let Some(detail) = before.get(&name) {
+                        self.refused.insert(name, detail.clone());
+                    } else {
+                        self.refuse(name, &e);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A delta request's lists, normalized; refused subscriptions are left out.
+    pub(crate) fn admit_delta(
+        &mut self,
+        subscribe: Vec<String>,
+        unsubscribe: Vec<String>,
+        initial: BTreeMap<String, String>,
+    ) -> DeltaNames {
+        let mut out = DeltaNames {
+            subscribe: Vec::with_capacity(subscribe.len()),
+            unsubscribe: Vec::with_capacity(unsubscribe.len()),
+            initial: BTreeMap::new(),
+        };
+        for name in subscribe {
+            match self.normal(&name) {
+                Ok(normal) => {
+                    if normal != name {
+                        self.spellings.insert(normal.clone(), name);
+                    } else {
+                        self.spellings.remove(&normal);
+                    }
+                    out.subscribe.push(normal);
+                }
+                Err(e) => self.refuse(name, &e),
+            }
+        }
+        for name in unsubscribe {
+            if self.refused.remove(&name).is_some() {
+                self.pending.remove(&name);
+                continue;
+            }
+            if let Ok(normal) = self.normal(&name) {
+                self.spellings.remove(&normal);
+                self.reported.remove(&normal);
+                out.unsubscribe.push(normal);
+            }
+        }
+        for (name, version) in initial {
+            // A declared name that is not valid cannot be held under any name the server knows.
+            if let Ok(normal) = self.normal(&name) {
+                if normal != name {
+                    self.spellings.insert(normal.clone(), name);
+                }
+                out.initial.insert(normal, version);
+            }
+        }
+        out
+    }
+
+    /// The client's spelling of a normal-form name.
+    pub(crate) fn spelled<'a>(&'a self, name: &'a str) -> &'a str {
+        self.spellings.get(name).map_or(name, String::as_str)
+    }
+
+    /// The spellings of the names in a response that differ from their normal form.
+    pub(crate) fn spellings_for<'a>(
+        &self,
+        names: impl Iterator<Item = &'a str>,
+    ) -> BTreeMap<String, String> {
+        if self.spellings.is_empty() {
+            return BTreeMap::new();
+        }
+        names.filter_map(|n| self.spellings.get(n).map(|s| (n.to_owned(), s.clone()))).collect()
+    }
+
+    /// Works out the errors a response carries, once the tracker compared the subscription with
+    /// the view. `absent` are subscribed names found missing for the first time (rule D6); those
+    /// answered by an error are taken out of it (the error is the answer). `recheck` are names
+    /// the client already holds as absent that may have changed (a cache attaching an error).
+    /// `sent` are the names of the resources going out: their errors are cleared.
+    pub(crate) fn errors<'a, V: View + ?Sized>(
+        &mut self,
+        view: &V,
+        sub: &Subscription,
+        absent: &mut Vec<(String, bool)>,
+        recheck: &[String],
+        sent: impl Iterator<Item = &'a str>,
+    ) -> Vec<ResourceError> {
+        for name in sent {
+            self.reported.remove(name);
+        }
+        let mut owed = std::mem::take(&mut self.pending);
+        absent.retain(|(name, _)| {
+            let error = view.resource_error(name).or_else(|| {
+                self.not_found.then(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"))
+            });
+            match error {
+                Some(error) => {
+                    self.reported.insert(name.clone(), error.clone());
+                    owed.insert(self.spelled(name).to_owned(), error);
+                    false
+                }
+                None => true,
+            }
+        });
+        let wildcard = sub.is_wildcard().then_some(WILDCARD);
+        for name in recheck.iter().map(String::as_str).chain(wildcard) {
+            if let Some(error) = view.resource_error(name)
+                && self.reported.get(name) != Some(&error)
+            {
+                self.reported.insert(name.to_owned(), error.clone());
+                owed.insert(self.spelled(name).to_owned(), error);
+            }
+        }
+        owed.into_iter().map(|(name, error)| ResourceError { name, error }).collect()
+    }
+}

@@ -1,0 +1,294 @@
+//! Rules C1 (xdstp names), C3 (on-demand next to a wildcard), C4 (resource errors) and C5
+//! (control plane identity) on the wire: raw xDS from a tonic client against a real server.
+
+mod util;
+
+use std::collections::HashMap;
+
+use xds_cache::{LinearCache, SnapshotCache};
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use xds_server::protocol::{ErrorDetail, code};
+use xds_server::{ServerConfig, XdsServer};
+
+use util::*;
+
+const CLUSTER_TYPE: &str = "envoy.config.cluster.v3.Cluster";
+const CLA_TYPE: &str = "envoy.config.endpoint.v3.ClusterLoadAssignment";
+const FEATURE: &str = "xds.config.supports-resource-errors";
+
+fn xc(rest: &str) -> String {
+    format!("xdstp://auth.example/{CLUSTER_TYPE}/{rest}")
+}
+
+fn xe(rest: &str) -> String {
+    format!("xdstp://auth.example/{CLA_TYPE}/{rest}")
+}
+
+fn node_with(id: &str, features: &[&str]) -> Node {
+    Node { id: id.into(), client_features: names(features), ..Default::default() }
+}
+
+async fn delta_ads(t: &TestServer, node: Node) -> Delta {
+    let mut client = t.ads().await;
+    Delta::open(Some(node), |r| async move { client.delta_aggregated_resources(r).await })
+        .await
+        .expect("open delta ADS")
+}
+
+async fn sotw_ads(t: &TestServer, node: Node) -> Sotw {
+    let mut client = t.ads().await;
+    Sotw::open(Some(node), |r| async move { client.stream_aggregated_resources(r).await })
+        .await
+        .expect("open ADS")
+}
+
+fn delta_errors(r: &DeltaDiscoveryResponse) -> Vec<(String, i32)> {
+    r.resource_errors
+        .iter()
+        .map(|e| {
+            let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
+            (name, e.error_detail.as_ref().map_or(0, |s| s.code))
+        })
+        .collect()
+}
+
+fn sotw_errors(r: &DiscoveryResponse) -> Vec<(String, i32)> {
+    r.resource_errors
+        .iter()
+        .map(|e| {
+            let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
+            (name, e.error_detail.as_ref().map_or(0, |s| s.code))
+        })
+        .collect()
+}
+
+fn sotw_request(t: xds_proto::ResourceType, names_: &[String]) -> DiscoveryRequest {
+    DiscoveryRequest { type_url: url(t), resource_names: names_.to_vec(), ..Default::default() }
+}
+
+#[tokio::test]
+async fn c01_delta_reordered_context_params_are_answered_under_the_asked_name() {
+    let cache = SnapshotCache::by_node_id();
+    // The configuration spells the parameters one way...
+    cache.set_snapshot("n1", snapshot![cluster(&xc("svc?zone=a&env=prod"), "1")]);
+    let t = serve(cache.clone()).await;
+    let mut ads = Delta::ads(&t, "n1").await;
+    // ...the client another.
+    let asked = xc("svc?env=prod&zone=a");
+    ads.subscribe(CDS, &[&asked], &[]).await;
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), std::slice::from_ref(&asked));
+    assert!(r.resource_errors.is_empty());
+    ads.ack(&r).await;
+    // A change of it reaches the client under its spelling too; its removal as well.
+    cache.set_snapshot("n1", snapshot![cluster(&xc("svc?env=prod&zone=a"), "2")]);
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), std::slice::from_ref(&asked));
+    ads.ack(&r).await;
+    cache.set_snapshot("n1", snapshot![cluster("other", "1")]);
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(r.removed_resources, [asked]);
+}
+
+#[tokio::test]
+async fn c01_sotw_reordered_context_params_match() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cla(&xe("ep?b=2&a=1"), 80)]);
+    let t = serve(cache).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.send(sotw_request(EDS, &[xe("ep?a=1&b=%32")])).await;
+    let r = ads.recv_type(EDS).await;
+    // The body carries the configuration's name; both spell the same resource (rule C1).
+    assert_eq!(sotw_names(&r), [xe("ep?b=2&a=1")]);
+    assert!(r.resource_errors.is_empty());
+}
+
+#[tokio::test]
+async fn c01_an_xdstp_name_of_another_type_is_refused_per_resource() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let t = serve(cache).await;
+    let wrong = xe("ep");
+    let broken = xc("x%zz");
+    // Delta: the rest of the subscription is served; the stream stays up.
+    let mut ads = Delta::ads(&t, "n1").await;
+    ads.subscribe(CDS, &["a", &wrong, &broken], &[]).await;
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["a"]);
+    assert!(delta_absent(&r).is_empty());
+    let mut want =
+        vec![(wrong.clone(), code::INVALID_ARGUMENT), (broken.clone(), code::INVALID_ARGUMENT)];
+    want.sort();
+    assert_eq!(delta_errors(&r), want);
+    let message =
+        &r.resource_errors.iter().find(|e| e.resource_name.as_ref().unwrap().name == wrong);
+    assert!(message.unwrap().error_detail.as_ref().unwrap().message.contains(CLA_TYPE));
+    ads.ack(&r).await;
+    ads.expect_quiet().await;
+    // SotW: the same, once, although every ACK repeats the name.
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &["a", &wrong], None).await;
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert_eq!(sotw_errors(&r), [(wrong, code::INVALID_ARGUMENT)]);
+    sotw.ack(&r).await;
+    sotw.expect_quiet().await;
+}
+
+#[tokio::test]
+async fn c04_not_found_for_clients_that_declare_resource_errors() {
+    let cache = SnapshotCache::new(|_| "g".to_owned());
+    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 1)]);
+    let t = serve(cache.clone()).await;
+
+    // Without the feature: rule D6 as before.
+    let mut old = Delta::ads(&t, "old").await;
+    old.subscribe(EDS, &["a", "missing"], &[]).await;
+    let r = old.recv_type(EDS).await;
+    assert_eq!(delta_absent(&r), ["missing"]);
+    assert!(r.resource_errors.is_empty());
+
+    // With it: NOT_FOUND in resource_errors, no bodiless resource; once; cleared on arrival.
+    let mut new = delta_ads(&t, node_with("new", &[FEATURE])).await;
+    new.subscribe(EDS, &["a", "missing"], &[]).await;
+    let r = new.recv_type(EDS).await;
+    assert_eq!(delta_names(&r), ["a"]);
+    assert!(delta_absent(&r).is_empty());
+    assert_eq!(delta_errors(&r), [("missing".to_owned(), code::NOT_FOUND)]);
+    new.ack(&r).await;
+    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 2)]);
+    let r = new.recv_type(EDS).await;
+    assert!(r.resource_errors.is_empty(), "sent once");
+    new.ack(&r).await;
+    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 2), cla("missing", 3)]);
+    let r = new.recv_type(EDS).await;
+    assert_eq!(delta_names(&r), ["missing"]);
+    assert!(r.resource_errors.is_empty());
+
+    // SotW: silence without the feature, NOT_FOUND with it; LDS/CDS full state still carries
+    // every other resource.
+    let mut quiet = Sotw::ads(&t, "old-sotw").await;
+    quiet.subscribe(CDS, &["a", "nope"], None).await;
+    let r = quiet.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert!(r.resource_errors.is_empty());
+    let mut told = sotw_ads(&t, node_with("new-sotw", &[FEATURE])).await;
+    told.subscribe(CDS, &["a", "nope"], None).await;
+    let r = told.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert_eq!(sotw_errors(&r), [("nope".to_owned(), code::NOT_FOUND)]);
+    told.ack(&r).await;
+    told.expect_quiet().await;
+}
+
+#[tokio::test]
+async fn c04_an_error_a_cache_attaches_is_sent_once_and_superseded_by_the_resource() {
+    let endpoints =
+        LinearCache::of::<xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment>();
+    endpoints.upsert(&cla("a", 1)).expect("upsert");
+    let t =
+        serve(xds_cache::MuxCache::new().route(endpoints.type_url().clone(), endpoints.clone()))
+            .await;
+    let mut ads = Delta::ads(&t, "n1").await;
+    ads.subscribe(EDS, &["a", "b"], &[]).await;
+    let r = ads.recv_type(EDS).await;
+    assert_eq!(delta_absent(&r), ["b"]);
+    ads.ack(&r).await;
+    // The inventory behind `b` is unreachable: a transient error, the client keeps what it has.
+    endpoints.set_error("b", Some(ErrorDetail::new(code::UNAVAILABLE, "inventory unreachable")));
+    let r = ads.recv_type(EDS).await;
+    assert_eq!(delta_errors(&r), [("b".to_owned(), code::UNAVAILABLE)]);
+    assert_eq!(
+        r.resource_errors[0].error_detail.as_ref().unwrap().message,
+        "inventory unreachable"
+    );
+    assert!(r.resources.is_empty());
+    ads.ack(&r).await;
+    ads.expect_quiet().await;
+    endpoints.upsert(&cla("b", 2)).expect("upsert");
+    let r = ads.recv_type(EDS).await;
+    assert_eq!(delta_names(&r), ["b"]);
+    assert!(r.resource_errors.is_empty());
+}
+
+#[tokio::test]
+async fn c03_on_demand_cds_next_to_the_wildcard_on_delta_ads() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cluster("b", "1")]);
+    let t = serve(cache.clone()).await;
+    let mut ads = Delta::ads(&t, "n1").await;
+    ads.subscribe(CDS, &["*"], &[]).await;
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["a", "b"]);
+    ads.ack(&r).await;
+    // An on-demand cluster that does not exist yet: answered at once (rule D6)...
+    ads.subscribe(CDS, &["od"], &[]).await;
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_absent(&r), ["od"]);
+    ads.ack(&r).await;
+    // ...and sent when it appears.
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cluster("b", "1"), cluster("od", "1")]);
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["od"]);
+    ads.ack(&r).await;
+    // Subscribing to one in the wildcard set resends it (D2); unsubscribing it keeps it (C3).
+    ads.subscribe(CDS, &["a"], &[]).await;
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["a"]);
+    ads.ack(&r).await;
+    ads.subscribe(CDS, &[], &["a"]).await;
+    ads.expect_quiet().await;
+    // Leaving the wildcard: named ones stay, the rest is the client's to drop.
+    ads.subscribe(CDS, &[], &["*"]).await;
+    ads.expect_quiet().await;
+    cache.set_snapshot("n1", snapshot![cluster("a", "2"), cluster("b", "1"), cluster("od", "2")]);
+    let r = ads.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["od"]);
+
+    // Reconnect with what the client holds: only what differs is sent (rule D7), the named
+    // on-demand cluster included.
+    let mut again = Delta::ads(&t, "n1").await;
+    let held: HashMap<String, String> = HashMap::from([
+        ("a".to_owned(), "stale".to_owned()),
+        ("od".to_owned(), delta_resource(&r, "od").version.clone()),
+    ]);
+    again
+        .send(DeltaDiscoveryRequest {
+            type_url: url(CDS),
+            resource_names_subscribe: names(&["*", "od"]),
+            initial_resource_versions: held,
+            ..Default::default()
+        })
+        .await;
+    let r = again.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["a", "b"]);
+}
+
+#[tokio::test]
+async fn c05_control_plane_identifier_on_every_response() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let server = XdsServer::builder(cache.clone())
+        .config(ServerConfig { control_plane_id: Some("replica-7".into()), ..Default::default() })
+        .build();
+    let t = start(server).await;
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &[], None).await;
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(r.control_plane.as_ref().map(|c| c.identifier.as_str()), Some("replica-7"));
+    sotw.ack(&r).await;
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(CDS, &["*", "missing"], &[]).await;
+    let d = delta.recv_type(CDS).await;
+    assert_eq!(d.control_plane.as_ref().map(|c| c.identifier.as_str()), Some("replica-7"));
+    delta.ack(&d).await;
+    // Later responses too.
+    cache.set_snapshot("n1", snapshot![cluster("a", "2")]);
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(r.control_plane.map(|c| c.identifier), Some("replica-7".into()));
+    let d = delta.recv_type(CDS).await;
+    assert_eq!(d.control_plane.map(|c| c.identifier), Some("replica-7".into()));
+}
