@@ -98,7 +98,10 @@ impl Protocol for Delta {
         let mut removed_resources = diff.removed;
         removed_resources.sort();
         let spellings = sub.naming.spellings_for(
-            resources.keys().map(String::as_str).chain(removed_resources.iter().map(String::as_str)),
+            resources
+                .keys()
+                .map(String::as_str)
+                .chain(removed_resources.iter().map(String::as_str)),
         );
         Some(DeltaResponse {
             system_version_info: view.version(),

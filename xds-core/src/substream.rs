@@ -7,9 +7,9 @@
 
 use std::marker::PhantomData;
 
-use crate::naming::Naming;
 use crate::flow::{Flow, Phase};
 use crate::message::Handled;
+use crate::naming::Naming;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::Subscription;
