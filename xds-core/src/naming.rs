@@ -203,6 +203,12 @@ impl Naming {
         out
     }
 
+    /// How many refused names are remembered (they count against a stream's subscription limit:
+    /// a delta client could otherwise make the sub-stream remember any number of bad names).
+    pub(crate) fn refused_len(&self) -> usize {
+        self.refused.len()
+    }
+
     /// The client's spelling of a normal-form name.
     pub(crate) fn spelled<'a>(&'a self, name: &'a str) -> &'a str {
         self.spellings.get(name).map_or(name, String::as_str)

@@ -145,6 +145,12 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         }
     }
 
+    /// How many names the sub-stream remembers for the client: its subscription, and the names it
+    /// refused (rule C1) and keeps so as to tell of them once. What a stream limits.
+    pub fn name_count(&self) -> usize {
+        self.subscription.names().len() + self.naming.refused_len()
+    }
+
     /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an
     /// `xdstp://` name of another type is refused) and whether the client reads
     /// `resource_errors` (then a subscribed name that does not exist is answered `NOT_FOUND`

@@ -388,3 +388,19 @@ fn delta_subscriptions_are_bounded_across_requests() {
     // Another type has its own count.
     s.handle_request(T::Cds, delta(&["x", "y", "z"], &[], ""), now).unwrap();
 }
+
+#[test]
+fn c01_refused_names_count_against_the_subscription_bound() {
+    // A refused xdstp name never enters the subscription, but the sub-stream remembers it so as
+    // to tell of it once: it counts against the bound like a subscribed name.
+    let now = Instant::now();
+    let config = StreamConfig { max_subscribed_names: 3, ..StreamConfig::default() };
+    let mut s: Stream<&str, T, Delta, Res> = Stream::aggregated(config, now);
+    let eds = T::Eds.type_url();
+    let _ = s.admit(Some("n"), eds, 2, now).unwrap();
+    s.handle_request(T::Eds, delta(&["a", "xdstp://auth/other.Type/x"], &[], ""), now).unwrap();
+    let e = s
+        .handle_request(T::Eds, delta(&["xdstp://auth/other.Type/y", "b"], &[], ""), now)
+        .unwrap_err();
+    assert!(matches!(e, StreamError::TooManySubscribed { max: 3, got: 4, .. }), "{e}");
+}

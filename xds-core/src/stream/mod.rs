@@ -324,7 +324,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             heartbeat_owed: false,
         });
         let handled = slot.sub.handle_request(request);
-        let subscribed = slot.sub.subscription().names().len();
+        let subscribed = slot.sub.name_count();
         if subscribed > self.config.max_subscribed_names {
             return Err(StreamError::TooManySubscribed {
                 max: self.config.max_subscribed_names,
