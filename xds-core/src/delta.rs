@@ -7,7 +7,7 @@ use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::subscription::WILDCARD;
 use crate::substream::{Delta, Protocol, SubStream};
-use crate::tracker::{Held, Removals};
+use crate::tracker::Held;
 
 impl Protocol for Delta {
     type Request = DeltaRequest;
@@ -69,15 +69,7 @@ impl Protocol for Delta {
         nonces: &mut Nonces,
         defer_removals: bool,
     ) -> Option<DeltaResponse<R>> {
-        let removals = if defer_removals { Removals::Defer } else { Removals::Send };
-        let mut diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
-        let resource_errors = sub.naming.errors(
-            view,
-            &sub.subscription,
-            &mut diff.absent,
-            &diff.recheck,
-            diff.send.keys().map(String::as_str),
-        );
+        let (diff, resource_errors) = sub.diff(view, defer_removals);
         // A wildcard's first response is owed even when empty: the client knows it has everything.
         let first_wildcard = !sub.responded && sub.subscription.is_wildcard();
         if diff.is_empty() && resource_errors.is_empty() && !first_wildcard {

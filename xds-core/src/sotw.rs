@@ -7,7 +7,7 @@ use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::subscription::WILDCARD;
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
-use crate::tracker::{Held, HeldRef, Removals};
+use crate::tracker::{Held, HeldRef};
 
 impl Protocol for Sotw {
     type Request = SotwRequest;
@@ -64,15 +64,7 @@ impl Protocol for Sotw {
         {
             return None;
         }
-        let removals = if defer_removals { Removals::Defer } else { Removals::Send };
-        let mut diff = sub.tracker.diff(&sub.subscription, sub.traits, view, removals);
-        let resource_errors = sub.naming.errors(
-            view,
-            &sub.subscription,
-            &mut diff.absent,
-            &diff.recheck,
-            diff.send.keys().map(String::as_str),
-        );
+        let (diff, resource_errors) = sub.diff(view, defer_removals);
         let owed_first =
             !sub.responded && (sub.traits.full_state || sub.subscription.is_wildcard());
         let resources = if sub.traits.full_state {

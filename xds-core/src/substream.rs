@@ -10,10 +10,11 @@ use std::marker::PhantomData;
 use crate::flow::{Flow, Phase};
 use crate::message::Handled;
 use crate::naming::Naming;
+use crate::naming::ResourceError;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::Subscription;
-use crate::tracker::{Removals, Tracker};
+use crate::tracker::{Diff, Removals, Tracker};
 
 pub(crate) mod sealed {
     /// Only the core's two variants implement [`Protocol`](super::Protocol): their hooks reach
@@ -143,6 +144,26 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             naming: Naming::default(),
             variant: PhantomData,
         }
+    }
+
+    /// What the client is owed against `view` (rules S9–S13, D2–D6, O1 when `defer_removals`),
+    /// and the per-resource errors that go with it (rule C4); names found missing that an error
+    /// answers are taken out of the diff's absent list (the error is the answer).
+    pub(crate) fn diff<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        view: &V,
+        defer_removals: bool,
+    ) -> (Diff<R>, Vec<ResourceError>) {
+        let removals = if defer_removals { Removals::Defer } else { Removals::Send };
+        let mut diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let errors = self.naming.errors(
+            view,
+            &self.subscription,
+            &mut diff.absent,
+            &diff.recheck,
+            diff.send.keys().map(String::as_str),
+        );
+        (diff, errors)
     }
 
     /// How many names the sub-stream remembers for the client: its subscription, and the names it

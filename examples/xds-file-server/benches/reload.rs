@@ -22,7 +22,15 @@ use std::time::{Duration, Instant};
 use xds_cache::SnapshotCache;
 use xds_file_server::config::{Config, Loader};
 
+/// `cargo bench` passes `--bench`; `cargo test --benches` (CI) does not, and then every case runs
+/// at 1/100 of its size: a smoke run that the harness still works, not a measurement (the full
+/// sizes take minutes in a debug build).
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
 fn env(name: &str, default: usize) -> usize {
+    let default = if smoke() { (default / 100).max(10) } else { default };
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
@@ -160,11 +168,12 @@ fn big_case() {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter argument is ignored.
+    // A filter argument is ignored.
     let case = std::env::var("XDS_BENCH_CASE").unwrap_or_default();
     println!(
-        "profile: {}",
-        if cfg!(debug_assertions) { "debug assertions on (dev)" } else { "release" }
+        "profile: {}{}",
+        if cfg!(debug_assertions) { "debug assertions on (dev)" } else { "release" },
+        if smoke() { ", smoke run at 1/100 size (no --bench)" } else { "" }
     );
     if case.is_empty() || case == "group" {
         group_case();
