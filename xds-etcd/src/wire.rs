@@ -263,6 +263,9 @@ pub struct Event {
 /// `Event::type` DELETE.
 pub const EVENT_DELETE: i32 = 1;
 
+/// The largest etcd response decoded: a Range of the whole prefix is one message.
+pub const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
 /// One past the last key starting with `prefix`: the `range_end` that makes a range a prefix.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
@@ -313,7 +316,12 @@ impl EtcdClient {
             Ok([one]) => one.connect_lazy(),
             Err(many) => Channel::balance_list(many.into_iter()),
         };
-        Ok(EtcdClient { grpc: Grpc::new(channel) })
+        // tonic decodes at most 4 MiB per message by default, and one Range of the whole prefix (or
+        // one watch response of a big transaction) carries the whole configuration: a replica
+        // could not load more than ~4 MiB of resources. etcd is the trusted source; its own
+        // default database quota (2 GiB) is what bounds it, and this bound sits at half that.
+        let grpc = Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
+        Ok(EtcdClient { grpc })
     }
 
     async fn unary<Q, R>(&self, path: &'static str, request: Q) -> Result<R, tonic::Status>

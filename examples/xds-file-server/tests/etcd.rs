@@ -549,3 +549,30 @@ async fn an_invalid_config_is_refused_and_changes_nothing() {
     wait_ready(&r, true).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_larger_than_a_grpc_message_is_loaded() {
+    // Six 1 MB clusters, each written in its own transaction (etcd takes at most 1.5 MiB per
+    // request): the replica's one Range of the prefix is ~6 MB, past tonic's 4 MiB default.
+    let Some(etcd) = Etcd::start("large").await else { return };
+    for i in 0..6 {
+        let cluster = Cluster {
+            name: format!("big-{i}"),
+            alt_stat_name: "x".repeat(1_000_000),
+            ..Default::default()
+        };
+        let value = xds_proto::EncodedResource::new(&cluster).unwrap().to_any().encode_to_vec();
+        let put = RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: format!("/l//envoy.config.cluster.v3.Cluster/big-{i}").into_bytes(),
+                value,
+            })),
+        };
+        etcd.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
+    }
+    // `replica` waits for /ready: it never came when the Range could not be decoded.
+    let r = replica(&etcd.url(), "/l").await;
+    let (code, status) = r.get("/status").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(status.contains("\"cluster\":6"), "{status}");
+}
