@@ -116,6 +116,22 @@ pub(crate) async fn fetch(
     Ok(Fetched::NotModified)
 }
 
+/// The checks of a fetch's request before anything else (rules S2, S3), made by the core's
+/// [`StreamGuard`](xds_core::StreamGuard) as for a per-type stream's first request, so that a
+/// fetch and a stream decide alike: a node is required unless anonymous clients are allowed (then
+/// a missing one is the default node), and the request's `type_url` is empty or the one served.
+pub(crate) fn admit(
+    shared: &Shared,
+    type_url: &TypeUrl,
+    request_type: &str,
+    node: Option<Node>,
+) -> Result<Node, xds_core::StreamError> {
+    let mut guard =
+        xds_core::StreamGuard::per_type(type_url.as_str(), shared.config.allow_anonymous);
+    guard.check(node, request_type)?;
+    Ok(guard.into_node().unwrap_or_default())
+}
+
 /// A fetch counted against `Limits::max_streams` while it runs: a long poll held for the fetch
 /// timeout costs a task and a connection as a stream does, so one bound covers both and a flood
 /// of long polls cannot outgrow it.

@@ -18,8 +18,9 @@ use xds_proto::pb::envoy::service::status::v3::ClientStatusRequest;
 use xds_proto::{EncodedResource, JsonError, ResourceType, TypeUrl};
 
 use crate::authz::{Access, Entry, Peer};
-use crate::fetch::{FetchError, Fetched, fetch};
+use crate::fetch::{FetchError, Fetched, admit, fetch};
 use crate::server::{Shared, XdsServer};
+use xds_core::StreamError;
 
 /// The path of CSDS's REST mapping (the `google.api.http` option of `FetchClientStatus`).
 const CLIENT_STATUS_PATH: &str = "/v3/discovery:client_status";
@@ -277,13 +278,10 @@ async fn discover(
     let body = read_body(request, shared.config.limits.max_request_bytes).await?;
     let request: DiscoveryRequest = parse(&body, "DiscoveryRequest")?;
     let type_url = TypeUrl::from(t);
-    if !request.type_url.is_empty() && request.type_url != type_url.as_str() {
-        return Err(RestError::TypeMismatch { got: request.type_url, want: type_url });
-    }
-    let node = match request.node {
-        Some(node) => node,
-        None if shared.config.allow_anonymous => Default::default(),
-        None => return Err(RestError::MissingNode),
+    let node = match admit(shared, &type_url, &request.type_url, request.node) {
+        Ok(node) => node,
+        Err(StreamError::MissingNode) => return Err(RestError::MissingNode),
+        Err(_) => return Err(RestError::TypeMismatch { got: request.type_url, want: type_url }),
     };
     let max = shared.config.limits.max_names_per_request;
     if request.resource_names.len() > max {

@@ -486,17 +486,14 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         Box::pin(async move {
             let peer = Peer::of(&request);
             let request = request.into_inner();
-            if !request.type_url.is_empty() && request.type_url != type_url.as_str() {
-                return Err(Status::invalid_argument(format!(
-                    "type_url {} does not match the service's type {type_url}",
-                    request.type_url
-                )));
-            }
-            let node = match request.node {
-                Some(node) => node,
-                None if shared.config.allow_anonymous => Default::default(),
-                None => return Err(Status::invalid_argument("a fetch request must carry a node")),
-            };
+            let node =
+                match crate::fetch::admit(&shared, &type_url, &request.type_url, request.node) {
+                    Ok(node) => node,
+                    Err(xds_core::StreamError::MissingNode) => {
+                        return Err(Status::invalid_argument("a fetch request must carry a node"));
+                    }
+                    Err(e) => return Err(Status::invalid_argument(e.to_string())),
+                };
             if request.resource_names.len() > shared.config.limits.max_names_per_request {
                 return Err(Status::invalid_argument(format!(
                     "a request may name at most {} resources",

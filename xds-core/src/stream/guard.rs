@@ -117,6 +117,11 @@ impl<N> StreamGuard<N> {
     pub fn node(&self) -> Option<&N> {
         self.node.as_ref()
     }
+
+    /// The node, by value: a one-shot fetch checks its one request and keeps only the node.
+    pub fn into_node(self) -> Option<N> {
+        self.node
+    }
 }
 
 #[cfg(test)]
