@@ -119,16 +119,22 @@ pub(crate) async fn fetch(
 /// The checks of a fetch's request before anything else (rules S2, S3), made by the core's
 /// [`StreamGuard`](xds_core::StreamGuard) as for a per-type stream's first request, so that a
 /// fetch and a stream decide alike: a node is required unless anonymous clients are allowed (then
-/// a missing one is the default node), and the request's `type_url` is empty or the one served.
+/// a missing one is the default node), the request's `type_url` is empty or the one served, and it
+/// names at most `max_names_per_request` resources.
 pub(crate) fn admit(
     shared: &Shared,
     type_url: &TypeUrl,
     request_type: &str,
     node: Option<Node>,
+    names: usize,
 ) -> Result<Node, xds_core::StreamError> {
     let mut guard =
         xds_core::StreamGuard::per_type(type_url.as_str(), shared.config.allow_anonymous);
     guard.check(node, request_type)?;
+    let max = shared.config.limits.max_names_per_request;
+    if names > max {
+        return Err(xds_core::StreamError::TooManyNames { max, got: names });
+    }
     Ok(guard.into_node().unwrap_or_default())
 }
 

@@ -278,15 +278,18 @@ async fn discover(
     let body = read_body(request, shared.config.limits.max_request_bytes).await?;
     let request: DiscoveryRequest = parse(&body, "DiscoveryRequest")?;
     let type_url = TypeUrl::from(t);
-    let node = match admit(shared, &type_url, &request.type_url, request.node) {
+    let names = request.resource_names.len();
+    let node = match admit(shared, &type_url, &request.type_url, request.node, names) {
         Ok(node) => node,
         Err(StreamError::MissingNode) => return Err(RestError::MissingNode),
-        Err(_) => return Err(RestError::TypeMismatch { got: request.type_url, want: type_url }),
+        Err(StreamError::TooManyNames { max, got }) => {
+            return Err(RestError::TooManyNames { max, got });
+        }
+        Err(StreamError::TypeUrlMismatch { .. }) => {
+            return Err(RestError::TypeMismatch { got: request.type_url, want: type_url });
+        }
+        Err(e) => return Err(RestError::Invalid(e.to_string())),
     };
-    let max = shared.config.limits.max_names_per_request;
-    if request.resource_names.len() > max {
-        return Err(RestError::TooManyNames { max, got: request.resource_names.len() });
-    }
     let names = &request.resource_names;
     let fetched =
         fetch(shared, &peer, Entry::Rest, &node, &type_url, names, &request.version_info).await;

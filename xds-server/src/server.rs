@@ -486,20 +486,19 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         Box::pin(async move {
             let peer = Peer::of(&request);
             let request = request.into_inner();
-            let node =
-                match crate::fetch::admit(&shared, &type_url, &request.type_url, request.node) {
-                    Ok(node) => node,
-                    Err(xds_core::StreamError::MissingNode) => {
-                        return Err(Status::invalid_argument("a fetch request must carry a node"));
-                    }
-                    Err(e) => return Err(Status::invalid_argument(e.to_string())),
-                };
-            if request.resource_names.len() > shared.config.limits.max_names_per_request {
-                return Err(Status::invalid_argument(format!(
-                    "a request may name at most {} resources",
-                    shared.config.limits.max_names_per_request
-                )));
-            }
+            let node = match crate::fetch::admit(
+                &shared,
+                &type_url,
+                &request.type_url,
+                request.node,
+                request.resource_names.len(),
+            ) {
+                Ok(node) => node,
+                Err(xds_core::StreamError::MissingNode) => {
+                    return Err(Status::invalid_argument("a fetch request must carry a node"));
+                }
+                Err(e) => return Err(Status::invalid_argument(e.to_string())),
+            };
             match fetch(
                 &shared,
                 &peer,
