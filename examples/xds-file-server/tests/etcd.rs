@@ -94,6 +94,13 @@ impl Etcd {
         EtcdClient::new(&[self.url()]).unwrap()
     }
 
+    /// Writes `value` at `key` in one transaction of its own, behind `publish`'s back.
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) {
+        let put =
+            RequestOp { request: Some(request_op::Request::RequestPut(PutRequest { key, value })) };
+        self.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
+    }
+
     async fn revision(&self) -> i64 {
         self.client().range_prefix(b"/").await.unwrap().header.unwrap().revision
     }
@@ -527,13 +534,7 @@ async fn an_invalid_config_is_refused_and_changes_nothing() {
             .unwrap()
             .to_any()
             .encode_to_vec();
-    let put = RequestOp {
-        request: Some(request_op::Request::RequestPut(PutRequest {
-            key: b"/i//envoy.config.cluster.v3.Cluster/x".to_vec(),
-            value,
-        })),
-    };
-    etcd.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
+    etcd.put(b"/i//envoy.config.cluster.v3.Cluster/x".to_vec(), value).await;
     let body = wait_ready(&r, false).await;
     assert!(body.contains("names \"y\""), "{body}");
     s.quiet().await;
@@ -562,13 +563,7 @@ async fn a_configuration_larger_than_a_grpc_message_is_loaded() {
             ..Default::default()
         };
         let value = xds_proto::EncodedResource::new(&cluster).unwrap().to_any().encode_to_vec();
-        let put = RequestOp {
-            request: Some(request_op::Request::RequestPut(PutRequest {
-                key: format!("/l//envoy.config.cluster.v3.Cluster/big-{i}").into_bytes(),
-                value,
-            })),
-        };
-        etcd.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
+        etcd.put(format!("/l//envoy.config.cluster.v3.Cluster/big-{i}").into_bytes(), value).await;
     }
     // `replica` waits for /ready: it never came when the Range could not be decoded.
     let r = replica(&etcd.url(), "/l").await;
