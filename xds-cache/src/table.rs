@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use xds_core::{ErrorDetail, View};
+use xds_core::{ErrorDetail, ResourceSet, View};
 use xds_proto::EncodedResource;
 
 use crate::version::TypeVersion;
@@ -51,9 +51,30 @@ pub(crate) struct Table {
     /// `changed_since` walks them all. Boxed: most tables never have one, and a table is kept
     /// per type and node group.
     errors: Option<Box<Errors>>,
+    /// The table's resources as one shared set, built at most once per revision for every
+    /// stream that reads this table (see [`View::resource_set`]).
+    set: SetCache,
     /// Index entries `collect_tombstones` has looked at: the work a deletion costs, for tests.
     #[cfg(test)]
     scanned: usize,
+}
+
+/// The shared set of a table's resources, built on first use after each change: readers after
+/// the first take it without a lock.
+#[derive(Default)]
+struct SetCache(std::sync::OnceLock<ResourceSet<EncodedResource>>);
+
+impl Clone for SetCache {
+    /// A copy of a table builds its own set when asked.
+    fn clone(&self) -> Self {
+        SetCache::default()
+    }
+}
+
+impl std::fmt::Debug for SetCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SetCache")
+    }
 }
 
 impl Table {
@@ -78,12 +99,14 @@ impl Table {
         self.changes.insert(self.revision, name.clone());
         let domains = vhds::domains(&resource);
         self.entries.insert(name, Entry { resource, revision: self.revision, domains });
+        self.set = SetCache::default();
         true
     }
 
     /// Deletes a resource. Returns `false` when there was none.
     pub(crate) fn delete(&mut self, name: &str) -> bool {
         let Some((name, old)) = self.entries.remove_entry(name) else { return false };
+        self.set = SetCache::default();
         self.changes.remove(&old.revision);
         self.version.remove(&name, old.resource.version());
         self.revision += 1;
@@ -233,6 +256,15 @@ impl View for Table {
         for entry in self.entries.values() {
             f(&entry.resource);
         }
+    }
+
+    /// Built by the first stream that asks after a change (O(n) pointer copies, in name order
+    /// already), then shared by every stream of every client of this table until the next one.
+    fn resource_set(&self) -> Option<ResourceSet<EncodedResource>> {
+        let set = self.set.0.get_or_init(|| {
+            ResourceSet::new(self.entries.values().map(|e| e.resource.clone()).collect())
+        });
+        Some(set.clone())
     }
 
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {

@@ -43,12 +43,13 @@ impl Protocol for Delta {
         if change.added.iter().any(|name| name == WILDCARD) {
             sub.tracker.synced = None;
         }
-        for name in request.subscribe {
+        sub.tracker.subscription_grew(&change, &sub.subscription);
+        for name in &request.subscribe {
             // Rule D2: every subscribed name is (re)sent, even one the client may hold, except
             // what a reconnecting client declared it holds (rule D7).
-            let declared = first && sub.tracker.held.contains_key(name.as_str());
-            if sub.subscription.has_name(&name) && !declared {
-                sub.tracker.forced.insert(name);
+            let declared = first && sub.tracker.get(name, &sub.subscription).is_some();
+            if sub.subscription.has_name(name) && !declared {
+                sub.tracker.force(name, &sub.subscription);
             }
         }
         sub.tracker.subscription_shrank(&change.removed, &sub.subscription);
@@ -75,30 +76,34 @@ impl Protocol for Delta {
         if diff.is_empty() && resource_errors.is_empty() && !first_wildcard {
             return None;
         }
-        let mut resources: BTreeMap<String, DeltaResource<R>> = diff
-            .send
-            .into_iter()
-            .map(|(name, (resource, aliases))| {
-                (name, DeltaResource::Present { resource, aliases: aliases.into_iter().collect() })
-            })
-            .collect();
-        for (name, alias) in diff.absent {
-            let aliases = if alias { vec![name.clone()] } else { Vec::new() };
-            // Rule S14: never a name twice; a resource found under the name wins.
-            resources.entry(name.clone()).or_insert(DeltaResource::Absent { name, aliases });
+        // Both lists are in name order: merged, a name found under the name wins over its
+        // absence (rule S14: never a name twice).
+        let mut resources = Vec::with_capacity(diff.send.len() + diff.absent.len());
+        let mut absent = diff.absent.into_iter().peekable();
+        for (resource, aliases) in diff.send {
+            while let Some((name, _)) = absent.peek()
+                && name.as_str() <= resource.name()
+            {
+                let (name, alias) = absent.next().unwrap_or_default();
+                if name != resource.name() {
+                    resources.push(absent_entry(name, alias));
+                }
+            }
+            resources.push(DeltaResource::Present { resource, aliases });
         }
+        resources.extend(absent.map(|(name, alias)| absent_entry(name, alias)));
         let mut removed_resources = diff.removed;
         removed_resources.sort();
         let spellings = sub.naming.spellings_for(
             resources
-                .keys()
-                .map(String::as_str)
+                .iter()
+                .map(DeltaResource::name)
                 .chain(removed_resources.iter().map(String::as_str)),
         );
         Some(DeltaResponse {
             system_version_info: view.version(),
             nonce: sub.flow.sent(nonces),
-            resources: resources.into_values().collect(),
+            resources,
             removed_resources,
             heartbeat: false,
             resource_errors,
@@ -135,4 +140,10 @@ impl<R: Resource> DeltaResource<R> {
             DeltaResource::Absent { name, .. } => name,
         }
     }
+}
+
+/// The answer for a subscribed name that does not exist (rule D6): the name without a body.
+fn absent_entry<R>(name: String, alias: bool) -> DeltaResource<R> {
+    let aliases = if alias { vec![name.clone()] } else { Vec::new() };
+    DeltaResource::Absent { name, aliases }
 }

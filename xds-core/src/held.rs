@@ -24,6 +24,9 @@ pub(crate) enum Held<R> {
     Declared(Box<str>),
     /// The client was told (delta) or may conclude (SotW full state) that the name does not exist.
     Absent,
+    /// The client does not hold the name, whatever the tracker's shared base says (see
+    /// `Tracker::base`): an exception to the base, not a fact told to the client.
+    Dropped,
 }
 
 /// A borrowed [`Held`].
@@ -32,6 +35,7 @@ pub(crate) enum HeldRef<'a, R> {
     Sent(&'a R),
     Declared(&'a str),
     Absent,
+    Dropped,
 }
 
 impl<R> Clone for HeldRef<'_, R> {
@@ -48,7 +52,7 @@ impl<'a, R: Resource> HeldRef<'a, R> {
         match self {
             HeldRef::Sent(r) => Some(r.version()),
             HeldRef::Declared(v) => Some(v),
-            HeldRef::Absent => None,
+            HeldRef::Absent | HeldRef::Dropped => None,
         }
     }
 }
@@ -59,6 +63,7 @@ impl<R> Held<R> {
             Held::Sent(r) => HeldRef::Sent(r),
             Held::Declared(v) => HeldRef::Declared(v),
             Held::Absent => HeldRef::Absent,
+            Held::Dropped => HeldRef::Dropped,
         }
     }
 }
@@ -116,8 +121,8 @@ impl<R: Resource> HeldMap<R> {
         }
     }
 
-    pub(crate) fn contains_key(&self, name: &str) -> bool {
-        self.own.contains(name) || self.other.contains_key(name)
+    pub(crate) fn is_empty(&self) -> bool {
+        self.own.is_empty() && self.other.is_empty()
     }
 
     /// Records `held` under `name`, replacing what was there.
@@ -146,17 +151,18 @@ impl<R: Resource> HeldMap<R> {
         self.other.retain(|name, _| keep(name));
     }
 
+    /// Keeps the entries for which `keep` says so.
+    pub(crate) fn retain_held(&mut self, mut keep: impl FnMut(HeldRef<'_, R>) -> bool) {
+        self.own.retain(|r| keep(HeldRef::Sent(&r.0)));
+        self.other.retain(|_, held| keep(held.as_ref()));
+    }
+
     /// Every entry, in name order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, HeldRef<'_, R>)> {
         Merge {
             own: self.own.iter().map(|r| (r.0.name(), HeldRef::Sent(&r.0))).peekable(),
             other: self.other.iter().map(|(n, h)| (&**n, h.as_ref())).peekable(),
         }
-    }
-
-    /// Every name, in order.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
-        self.iter().map(|(name, _)| name)
     }
 }
 
@@ -225,12 +231,12 @@ mod tests {
         assert_eq!(held.get("c"), Some(HeldRef::Sent(&Res("c", "7"))));
         held.insert("b".into(), Held::Absent);
         assert_eq!(held.get("b"), Some(HeldRef::Absent));
-        assert_eq!(held.keys().collect::<Vec<_>>(), ["a", "alias", "b", "c", "d"]);
+        assert_eq!(held.iter().map(|(n, _)| n).collect::<Vec<_>>(), ["a", "alias", "b", "c", "d"]);
 
         held.remove("c");
         held.remove("b");
         held.retain(|n| n != "d");
-        assert_eq!(held.keys().collect::<Vec<_>>(), ["a", "alias"]);
-        assert!(held.contains_key("alias") && !held.contains_key("d"));
+        assert_eq!(held.iter().map(|(n, _)| n).collect::<Vec<_>>(), ["a", "alias"]);
+        assert!(held.get("alias").is_some() && held.get("d").is_none());
     }
 }

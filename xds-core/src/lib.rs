@@ -62,7 +62,7 @@ pub use message::{
 };
 pub use naming::{RESOURCE_ERRORS_CLIENT_FEATURES, ResourceError, code};
 pub use nonce::Nonces;
-pub use resource::{Resource, TypeTraits, View};
+pub use resource::{Resource, ResourceSet, TypeTraits, View};
 pub use stream::{
     Admitted, Event, Outgoing, Stream, StreamConfig, StreamError, StreamGuard, TypeKey, TypeRole,
     Views,

@@ -83,6 +83,81 @@ pub trait View {
         let _ = (revision, f);
         false
     }
+
+    /// Every resource of the view, as one shared value, if the view can hand one out cheaply.
+    ///
+    /// What a client holds is, most of the time, exactly what the view holds: a thousand
+    /// clients of one view then share one set and each keeps only its exceptions, instead of a
+    /// handle per resource per client (20,000 handles per client for 10,000 clusters and their
+    /// endpoints). A view should build the set once per revision and hand out clones (a pointer
+    /// copy) until its next change. The default, `None`, makes the core keep a handle per
+    /// resource per client, which is correct and costs memory.
+    fn resource_set(&self) -> Option<ResourceSet<Self::Resource>> {
+        None
+    }
+}
+
+/// Every resource of a view at one moment, ordered by name: shared by every client that holds
+/// exactly these (see [`View::resource_set`]). Cloning copies a pointer.
+#[derive(Debug)]
+pub struct ResourceSet<R>(std::sync::Arc<SetInner<R>>);
+
+#[derive(Debug)]
+struct SetInner<R> {
+    resources: Box<[R]>,
+    /// Whether a resource has a TTL: the core indexes those per client, so a set with one is
+    /// not shared (TTLs are for the few resources a client must renew).
+    any_ttl: bool,
+}
+
+impl<R> Clone for ResourceSet<R> {
+    fn clone(&self) -> Self {
+        ResourceSet(self.0.clone())
+    }
+}
+
+impl<R: Resource> ResourceSet<R> {
+    /// A set of `resources`, in any order; of two with one name, the later is kept.
+    pub fn new(mut resources: Vec<R>) -> Self {
+        // Stable, so "the later" is well defined; a view's resources usually come in name order
+        // already, which the sort recognises in one pass.
+        resources.sort_by(|a, b| a.name().cmp(b.name()));
+        resources.reverse();
+        resources.dedup_by(|later, earlier| later.name() == earlier.name());
+        resources.reverse();
+        let any_ttl = resources.iter().any(|r| r.ttl().is_some());
+        ResourceSet(std::sync::Arc::new(SetInner { resources: resources.into(), any_ttl }))
+    }
+
+    /// The resource named `name`.
+    pub fn get(&self, name: &str) -> Option<&R> {
+        let all = &self.0.resources;
+        all.binary_search_by(|r| r.name().cmp(name)).ok().map(|i| &all[i])
+    }
+
+    /// The resources, in name order.
+    pub fn iter(&self) -> std::slice::Iter<'_, R> {
+        self.0.resources.iter()
+    }
+
+    /// How many resources.
+    pub fn len(&self) -> usize {
+        self.0.resources.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.resources.is_empty()
+    }
+
+    /// Whether both are the same shared set.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    pub(crate) fn any_ttl(&self) -> bool {
+        self.0.any_ttl
+    }
 }
 
 /// How the protocol treats a resource type: the columns of the resource-type table.

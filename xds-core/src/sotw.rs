@@ -1,13 +1,11 @@
 //! The state-of-the-world (SotW) variant: what a SotW request means and how its responses look.
 
-use std::collections::BTreeMap;
-
 use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::subscription::WILDCARD;
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
-use crate::tracker::{Held, HeldRef};
+use crate::tracker::HeldRef;
 
 impl Protocol for Sotw {
     type Request = SotwRequest;
@@ -41,13 +39,13 @@ impl Protocol for Sotw {
         // Rule C1: every name is normalized once, here; refused names go no further.
         let names = sub.naming.admit_sotw(request.resource_names);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
-        for name in &change.added {
-            if name == WILDCARD {
-                sub.tracker.synced = None;
-            } else {
-                // Rule S12: newly requested names are sent even if sent before.
-                sub.tracker.forced.insert(name.clone());
-            }
+        if change.added.iter().any(|name| name == WILDCARD) {
+            sub.tracker.synced = None;
+        }
+        sub.tracker.subscription_grew(&change, &sub.subscription);
+        for name in change.added.iter().filter(|name| *name != WILDCARD) {
+            // Rule S12: newly requested names are sent even if sent before.
+            sub.tracker.force(name, &sub.subscription);
         }
         sub.tracker.subscription_shrank(&change.removed, &sub.subscription);
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
@@ -76,7 +74,7 @@ impl Protocol for Sotw {
             if diff.send.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
-            diff.send.into_values().map(|(resource, _)| resource).collect()
+            diff.send.into_iter().map(|(resource, _)| resource).collect()
         };
         Some(SotwResponse {
             version_info: view.version(),
@@ -116,9 +114,7 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
     if !resumable || view.version() != version {
         return false;
     }
-    view.for_each(&mut |r| {
-        sub.tracker.hold(r.shared_name(), Held::Sent(r.clone()));
-    });
+    sub.tracker.hold_all(view);
     sub.tracker.forced.clear();
     sub.tracker.synced = Some(view.revision());
     sub.responded = true;
@@ -126,31 +122,30 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
 }
 
 /// Every subscribed resource that exists, by name, each once (rules S11, S14).
+///
+/// The comparison that came before has recorded every one of them as held: each is either
+/// unchanged since the client got it or was just compared and sent.
 fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
-    sub: &mut SotwSubStream<R>,
+    sub: &SotwSubStream<R>,
     view: &V,
 ) -> Vec<R> {
-    let mut all = BTreeMap::new();
+    let mut all = Vec::new();
+    if sub.subscription.is_wildcard() {
+        match view.resource_set() {
+            Some(set) => all.extend(set.iter().cloned()),
+            None => view.for_each(&mut |r| all.push(r.clone())),
+        }
+    } else {
+        all.extend(sub.subscription.names().iter().filter_map(|name| view.get(name)));
+    }
     // Removals put off (rule O1) stay in the full state, as the client last got them.
     for name in &sub.tracker.deferred {
-        if let Some(HeldRef::Sent(r)) = sub.tracker.held.get(name.as_str()) {
-            all.insert(name.clone(), r.clone());
+        if let Some(HeldRef::Sent(r)) = sub.tracker.get(name, &sub.subscription) {
+            all.push(r.clone());
         }
     }
-    if sub.subscription.is_wildcard() {
-        view.for_each(&mut |r| {
-            all.insert(r.name().to_owned(), r.clone());
-        });
-    }
-    for name in sub.subscription.names() {
-        if !all.contains_key(name)
-            && let Some(r) = view.get(name)
-        {
-            all.insert(name.clone(), r);
-        }
-    }
-    for r in all.values() {
-        sub.tracker.hold(r.shared_name(), Held::Sent(r.clone()));
-    }
-    all.into_values().collect()
+    // Stable: of two with one name, the view's (first) stays.
+    all.sort_by(|a, b| a.name().cmp(b.name()));
+    all.dedup_by(|later, earlier| later.name() == earlier.name());
+    all
 }

@@ -1,6 +1,7 @@
 //! A sub-stream's subscription: the names it asked for and whether it is a wildcard.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
 
 /// The name that subscribes to every resource of a wildcard-capable type (rule S10).
 pub const WILDCARD: &str = "*";
@@ -32,7 +33,9 @@ pub enum Wildcard {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Subscription {
     wildcard: Wildcard,
-    names: BTreeSet<String>,
+    /// Shared with every other subscription of the same names (see [`share`]), copied on the
+    /// first change: a thousand proxies asking for the same 10,000 endpoint names keep one set.
+    names: Arc<BTreeSet<String>>,
     /// The wrapping sum of a 128-bit hash of each name: recognises a SotW request that repeats
     /// the set (as every ACK does) in one pass over its bytes, without a lookup per name.
     digest: u128,
@@ -78,6 +81,42 @@ fn name_hash(name: &str) -> u128 {
 
 fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
     names.fold(0u128, |acc, n| acc.wrapping_add(name_hash(n)))
+}
+
+/// Name sets smaller than this are not worth sharing.
+const MIN_SHARED: usize = 64;
+
+/// The name sets of live subscriptions, by digest and size, for [`share`].
+static SHARED: Mutex<Option<HashMap<(u128, usize), Weak<BTreeSet<String>>>>> = Mutex::new(None);
+
+/// The set of live subscriptions equal to `names`, if there is one, else `names` itself, which
+/// later subscriptions of the same names will share.
+///
+/// Process-wide: the core has no other place that every stream sees, and the table is only a
+/// memory optimisation (a miss or a digest collision costs sharing, never correctness: sets are
+/// compared in full before one replaces another). Dead entries are swept as the table grows, so it
+/// holds about as many entries as there are distinct large subscriptions.
+fn share(names: Arc<BTreeSet<String>>, digest: u128) -> Arc<BTreeSet<String>> {
+    if names.len() < MIN_SHARED {
+        return names;
+    }
+    let key = (digest, names.len());
+    let existing = {
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        let table = shared.get_or_insert_default();
+        match table.get(&key).and_then(Weak::upgrade) {
+            Some(existing) => existing,
+            None => {
+                if table.len() >= 64 && table.len().is_power_of_two() {
+                    table.retain(|_, set| set.strong_count() > 0);
+                }
+                table.insert(key, Arc::downgrade(&names));
+                return names;
+            }
+        }
+    };
+    // Compared outside the lock: O(n), and other streams need not wait for it.
+    if Arc::ptr_eq(&existing, &names) || *existing == *names { existing } else { names }
 }
 
 /// The names a subscription change added and removed (`*` stands for the wildcard).
@@ -145,8 +184,10 @@ impl Subscription {
         }
         let before = self.clone();
         self.wildcard = wildcard;
-        self.names = names.into_iter().filter(|n| !(wildcard_capable && n == WILDCARD)).collect();
-        self.digest = digest(self.names.iter());
+        let names: BTreeSet<String> =
+            names.into_iter().filter(|n| !(wildcard_capable && n == WILDCARD)).collect();
+        self.digest = digest(names.iter());
+        self.names = share(Arc::new(names), self.digest);
         self.change_from(&before)
     }
 
@@ -165,12 +206,29 @@ impl Subscription {
         if wildcard_capable && first && subscribe.is_empty() {
             self.wildcard = Wildcard::Legacy;
         }
-        for name in subscribe {
-            if wildcard_capable && name == WILDCARD {
+        if self.names.is_empty() && subscribe.len() >= MIN_SHARED {
+            // A first large subscription (a proxy asking for every cluster's endpoints) is built
+            // in one go, as a bulk-loaded tree, rather than name by name.
+            let names: BTreeSet<String> = subscribe
+                .iter()
+                .filter(|name| !(wildcard_capable && *name == WILDCARD))
+                .cloned()
+                .collect();
+            change.added.extend(names.iter().cloned());
+            self.digest = digest(names.iter());
+            self.names = Arc::new(names);
+            if wildcard_capable && subscribe.iter().any(|name| name == WILDCARD) {
                 self.wildcard = Wildcard::Explicit;
-            } else if self.names.insert(name.clone()) {
-                self.digest = self.digest.wrapping_add(name_hash(name));
-                change.added.push(name.clone());
+            }
+        } else {
+            for name in subscribe {
+                if wildcard_capable && name == WILDCARD {
+                    self.wildcard = Wildcard::Explicit;
+                } else if !self.names.contains(name) {
+                    Arc::make_mut(&mut self.names).insert(name.clone());
+                    self.digest = self.digest.wrapping_add(name_hash(name));
+                    change.added.push(name.clone());
+                }
             }
         }
         // Legacy wildcard ends once the client names resources without `*` (rule S10).
@@ -180,7 +238,8 @@ impl Subscription {
         for name in unsubscribe {
             if wildcard_capable && name == WILDCARD {
                 self.wildcard = Wildcard::None;
-            } else if self.names.remove(name) {
+            } else if self.names.contains(name) {
+                Arc::make_mut(&mut self.names).remove(name);
                 self.digest = self.digest.wrapping_sub(name_hash(name));
                 // Subscribed and unsubscribed in one request: no change at all.
                 match change.added.iter().position(|n| n == name) {
@@ -191,6 +250,9 @@ impl Subscription {
         }
         change.added.sort();
         change.removed.sort();
+        if change.added.len() + change.removed.len() >= MIN_SHARED {
+            self.names = share(std::mem::take(&mut self.names), self.digest);
+        }
         match (was_wildcard, self.is_wildcard()) {
             (false, true) => change.added.insert(0, WILDCARD.to_owned()),
             (true, false) => change.removed.insert(0, WILDCARD.to_owned()),

@@ -161,7 +161,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             &self.subscription,
             &mut diff.absent,
             &diff.recheck,
-            diff.send.keys().map(String::as_str),
+            diff.send.iter().map(|(resource, _)| resource.name()),
         );
         (diff, errors)
     }
@@ -288,7 +288,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// What the client holds, by name: `Some(version)`, or `None` when it was told (delta) that
     /// the name does not exist.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.tracker.held_versions()
+        self.tracker.held_versions(&self.subscription)
     }
 
     /// The traits of the sub-stream's type.

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub(crate) use crate::held::{Held, HeldMap, HeldRef};
-use crate::resource::{Resource, TypeTraits, View};
-use crate::subscription::{Subscription, WILDCARD};
+use crate::resource::{Resource, ResourceSet, TypeTraits, View};
+use crate::subscription::{Change, Subscription, WILDCARD};
 
 /// Whether a response may remove resources now (rule O1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,14 +17,23 @@ pub(crate) enum Removals {
 }
 
 /// The client's side of one sub-stream, and how far the core has compared it with the view.
+///
+/// What the client holds is the shared `base` (for the names the subscription covers) overlaid
+/// with `held`, the exceptions. After a complete comparison the base is the view's own
+/// [`ResourceSet`] and the exceptions are what differs from it (names known absent, aliases,
+/// resources the base does not have yet): a thousand clients of one view hold one set between
+/// them, each with a handful of exceptions, where they held 20,000 handles each.
 #[derive(Clone, Debug)]
 pub(crate) struct Tracker<R> {
-    /// Per subscribed name (or alias, or wildcard-delivered name): what the client holds.
-    /// A resource held under its own name costs one handle (see [`HeldMap`]): tens of
-    /// thousands of resources per client cost pointers, not copies.
-    pub(crate) held: HeldMap<R>,
+    /// Per name, what the client holds where that differs from `base`. A resource held under
+    /// its own name costs one handle (see [`HeldMap`]); [`Held::Dropped`] hides a base entry.
+    held: HeldMap<R>,
+    /// The resources the client holds under their own names unless `held` says otherwise, for
+    /// the names the subscription covers (every name for a wildcard, else the subscribed ones).
+    base: Option<ResourceSet<R>>,
     /// The held resources that have a TTL, with it: usually few or none, so heartbeat checks
-    /// (on every wake of the stream) never walk everything held. Kept by `hold`/`unhold`.
+    /// (on every wake of the stream) never walk everything held. Kept by `hold`/`unhold`; a base
+    /// never has resources with a TTL.
     ttls: BTreeMap<Arc<str>, std::time::Duration>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
     pub(crate) forced: BTreeSet<String>,
@@ -38,6 +47,7 @@ impl<R> Default for Tracker<R> {
     fn default() -> Self {
         Tracker {
             held: HeldMap::default(),
+            base: None,
             ttls: BTreeMap::new(),
             forced: BTreeSet::new(),
             deferred: BTreeSet::new(),
@@ -49,12 +59,12 @@ impl<R> Default for Tracker<R> {
 /// The outcome of comparing the client's state with a view. The tracker is already updated as if
 /// the response built from it had been sent.
 pub(crate) struct Diff<R> {
-    /// Resources to send, by resource name, with the aliases they were subscribed by.
-    pub(crate) send: BTreeMap<String, (R, BTreeSet<String>)>,
+    /// Resources to send, in name order, each once, with the aliases they were subscribed by.
+    pub(crate) send: Vec<(R, Vec<String>)>,
     /// Held names that no longer exist or no longer belong to a wildcard (rule D5).
     pub(crate) removed: Vec<String>,
     /// Explicitly subscribed names that do not exist and that the client was not yet told about
-    /// (rule D6), with whether the name was an alias subscription.
+    /// (rule D6), in name order, with whether the name was an alias subscription.
     pub(crate) absent: Vec<(String, bool)>,
     /// Subscribed names the client already holds as absent that the view reported as changed:
     /// an error may have been attached to them since (rule C4).
@@ -67,7 +77,27 @@ impl<R> Diff<R> {
     }
 }
 
+/// Whether `name` is covered by the subscription, and so by a tracker's base.
+fn covers(sub: &Subscription, name: &str) -> bool {
+    sub.is_wildcard() || sub.has_name(name)
+}
+
 impl<R: Resource> Tracker<R> {
+    /// What the client holds under `name`: `None` when nothing.
+    pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
+        match self.held.get(name) {
+            Some(HeldRef::Dropped) => None,
+            Some(held) => Some(held),
+            None if covers(sub, name) => self.base.as_ref()?.get(name).map(HeldRef::Sent),
+            None => None,
+        }
+    }
+
+    /// Whether the client holds nothing at all.
+    fn holds_nothing(&self) -> bool {
+        self.base.is_none() && self.held.is_empty()
+    }
+
     /// Records what the client holds under `key`.
     pub(crate) fn hold(&mut self, key: Arc<str>, held: Held<R>) {
         match &held {
@@ -81,10 +111,26 @@ impl<R: Resource> Tracker<R> {
         self.held.insert(key, held);
     }
 
-    /// Forgets what the client holds under `key`.
-    fn unhold(&mut self, key: &str) {
-        self.held.remove(key);
-        self.ttls.remove(key);
+    /// Forgets what the client holds under `name`.
+    fn unhold(&mut self, name: &str, sub: &Subscription) {
+        self.ttls.remove(name);
+        if covers(sub, name) && self.base.as_ref().is_some_and(|b| b.get(name).is_some()) {
+            self.held.insert(Arc::from(name), Held::Dropped);
+        } else {
+            self.held.remove(name);
+        }
+    }
+
+    /// Holds every resource of `view` (rule S15: a client resuming a version holds all of it).
+    pub(crate) fn hold_all<V: View<Resource = R> + ?Sized>(&mut self, view: &V) {
+        match view.resource_set().filter(|set| !set.any_ttl()) {
+            Some(set) => {
+                self.held = HeldMap::default();
+                self.ttls.clear();
+                self.base = Some(set);
+            }
+            None => view.for_each(&mut |r| self.hold(r.shared_name(), Held::Sent(r.clone()))),
+        }
     }
 
     /// The resources the client holds that have a TTL, by name.
@@ -103,6 +149,40 @@ impl<R: Resource> Tracker<R> {
         self.ttls.values().min().copied()
     }
 
+    /// Takes in names that joined the subscription. A name the subscription did not cover
+    /// before is not held, whatever the base says; when the wildcard joins, the base would
+    /// suddenly cover every name, so what it held for the names covered so far becomes
+    /// exceptions and the base goes.
+    pub(crate) fn subscription_grew(&mut self, change: &Change, sub: &Subscription) {
+        let Some(base) = &self.base else { return };
+        if change.added.iter().any(|n| n == WILDCARD) {
+            let base = base.clone();
+            // `*` comes first; the names after it are sorted.
+            let added = &change.added[1.min(change.added.len())..];
+            for name in sub.names() {
+                let newly = added.binary_search(name).is_ok();
+                if !newly
+                    && self.held.get(name).is_none()
+                    && let Some(r) = base.get(name)
+                {
+                    self.held.insert(r.shared_name(), Held::Sent(r.clone()));
+                }
+            }
+            self.held.retain_held(|held| !matches!(held, HeldRef::Dropped));
+            self.base = None;
+            return;
+        }
+        let was_wildcard = sub.is_wildcard() || change.removed.iter().any(|n| n == WILDCARD);
+        if was_wildcard {
+            return;
+        }
+        for name in &change.added {
+            if self.held.get(name).is_none() && base.get(name).is_some() {
+                self.held.insert(Arc::from(name.as_str()), Held::Dropped);
+            }
+        }
+    }
+
     /// Forgets what the client held under names (and the wildcard, `*`) that left the
     /// subscription: the client drops those itself.
     pub(crate) fn subscription_shrank(&mut self, removed: &[String], sub: &Subscription) {
@@ -115,9 +195,31 @@ impl<R: Resource> Tracker<R> {
         }
     }
 
-    /// What the client holds, by subscribed name: `Some(version)`, or `None` when told absent.
-    pub(crate) fn held_versions(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
-        self.held.iter().map(|(name, held)| (name, held.version()))
+    /// What the client holds, by subscribed name, in name order: `Some(version)`, or `None`
+    /// when told absent.
+    pub(crate) fn held_versions<'a>(
+        &'a self,
+        sub: &'a Subscription,
+    ) -> impl Iterator<Item = (&'a str, Option<&'a str>)> {
+        let base = self.base.iter().flat_map(|b| b.iter());
+        let mut base = base.filter(|r| covers(sub, r.name()) && self.held.get(r.name()).is_none());
+        let mut exceptions = self.held.iter().filter(|(_, h)| !matches!(h, HeldRef::Dropped));
+        let (mut b, mut h) = (base.next(), exceptions.next());
+        std::iter::from_fn(move || match (b, h) {
+            (Some(r), Some((name, _))) if r.name() < name => {
+                b = base.next();
+                Some((r.name(), Some(r.version())))
+            }
+            (_, Some((name, held))) => {
+                h = exceptions.next();
+                Some((name, held.version()))
+            }
+            (Some(r), None) => {
+                b = base.next();
+                Some((r.name(), Some(r.version())))
+            }
+            (None, None) => None,
+        })
     }
 
     /// Forgets held state for a name that left the subscription (the client drops it itself),
@@ -125,12 +227,13 @@ impl<R: Resource> Tracker<R> {
     fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
         self.forced.remove(name);
         if !sub.is_wildcard() {
-            self.unhold(name);
+            self.unhold(name, sub);
             self.deferred.remove(name);
         }
     }
 
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
+    /// The base now covers only the subscribed names: nothing to do there.
     fn wildcard_left(&mut self, sub: &Subscription) {
         self.held.retain(|name| sub.has_name(name));
         self.ttls.retain(|name, _| sub.has_name(name));
@@ -147,6 +250,15 @@ impl<R: Resource> Tracker<R> {
         }
     }
 
+    /// Marks a name that was (re)subscribed for sending (rules D2, S12). Needed only where the
+    /// next comparison would not send it anyway: when the client holds it, or when the next
+    /// comparison looks only at what changed.
+    pub(crate) fn force(&mut self, name: &str, sub: &Subscription) {
+        if self.synced.is_some() || self.get(name, sub).is_some() {
+            self.forced.insert(name.to_owned());
+        }
+    }
+
     /// Compares what the client holds with `view` for subscription `sub` and records the result as
     /// sent. Looks only at what changed since the last comparison when the view can tell.
     pub(crate) fn diff<V: View<Resource = R> + ?Sized>(
@@ -156,19 +268,109 @@ impl<R: Resource> Tracker<R> {
         view: &V,
         removals: Removals,
     ) -> Diff<R> {
-        let candidates = self.candidates(sub, traits, view);
-        self.deferred.clear();
-        let mut diff = Diff {
-            send: BTreeMap::new(),
-            removed: Vec::new(),
-            absent: Vec::new(),
-            recheck: Vec::new(),
+        // A base is for own-name holdings of plain types: aliases (VHDS) keep per-name state.
+        let set = if traits.aliases { None } else { view.resource_set() };
+        let set = set.filter(|set| !set.any_ttl());
+        let diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
+            self.first_diff(sub, view, set.as_ref())
+        } else {
+            self.compare_all(sub, traits, view, removals)
         };
-        for name in candidates {
-            self.compare(&name, sub, traits, view, removals, &mut diff);
-        }
         self.forced.clear();
         self.synced = Some(view.revision());
+        if let Some(set) = set
+            && self.deferred.is_empty()
+        {
+            self.rebase(set);
+        }
+        diff
+    }
+
+    /// The first comparison of a client that holds nothing (a joining client): everything the
+    /// subscription covers is sent, in one pass over the view or the subscription, with no
+    /// per-name state when the view has a shared set.
+    fn first_diff<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        sub: &Subscription,
+        view: &V,
+        set: Option<&ResourceSet<R>>,
+    ) -> Diff<R> {
+        let mut send: Vec<(R, Vec<String>)> = Vec::new();
+        let mut absent = Vec::new();
+        let lookup = |name: &str| match set {
+            Some(set) => set.get(name).cloned(),
+            None => view.get(name),
+        };
+        if sub.is_wildcard() {
+            match set {
+                Some(set) => send.extend(set.iter().map(|r| (r.clone(), Vec::new()))),
+                None => {
+                    view.for_each(&mut |r| send.push((r.clone(), Vec::new())));
+                    // A view need not list its resources in order.
+                    send.sort_by(|a, b| a.0.name().cmp(b.0.name()));
+                }
+            }
+            for name in sub.names() {
+                if lookup(name).is_none() {
+                    absent.push((name.clone(), false));
+                }
+            }
+        } else {
+            for name in sub.names() {
+                match lookup(name) {
+                    Some(r) => send.push((r, Vec::new())),
+                    None => absent.push((name.clone(), false)),
+                }
+            }
+        }
+        if set.is_none() {
+            for (r, _) in &send {
+                self.hold(r.shared_name(), Held::Sent(r.clone()));
+            }
+        }
+        for (name, _) in &absent {
+            self.hold(Arc::from(name.as_str()), Held::Absent);
+        }
+        Diff { send, removed: Vec::new(), absent, recheck: Vec::new() }
+    }
+
+    /// Makes `set` the base after a complete comparison with the view it came from: the client
+    /// then holds exactly the set's resources for every covered name, so the exceptions that
+    /// only repeat the set go.
+    fn rebase(&mut self, set: ResourceSet<R>) {
+        let same = self.base.as_ref().is_some_and(|b| b.ptr_eq(&set));
+        if same && self.held.is_empty() {
+            return;
+        }
+        self.held.retain_held(|held| match held {
+            HeldRef::Sent(r) => set.get(r.name()).is_none_or(|s| s.version() != r.version()),
+            HeldRef::Dropped => false,
+            HeldRef::Declared(_) | HeldRef::Absent => true,
+        });
+        self.base = Some(set);
+    }
+
+    /// Compares every candidate name: the slow path, for clients that hold something and whose
+    /// view cannot tell what changed (or for the first comparison of a reconnected client).
+    fn compare_all<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        sub: &Subscription,
+        traits: TypeTraits,
+        view: &V,
+        removals: Removals,
+    ) -> Diff<R> {
+        let candidates = self.candidates(sub, traits, view);
+        self.deferred.clear();
+        let mut send = BTreeMap::new();
+        let mut diff =
+            Diff { send: Vec::new(), removed: Vec::new(), absent: Vec::new(), recheck: Vec::new() };
+        for name in candidates {
+            self.compare(&name, sub, traits, view, removals, &mut send, &mut diff);
+        }
+        diff.send = send
+            .into_values()
+            .map(|(r, aliases): (R, BTreeSet<String>)| (r, aliases.into_iter().collect()))
+            .collect();
         diff
     }
 
@@ -193,7 +395,7 @@ impl<R: Resource> Tracker<R> {
                 });
             }
             names.extend(sub.names().iter().cloned());
-            names.extend(self.held.keys().map(str::to_owned));
+            names.extend(self.held_versions(sub).map(|(name, _)| name.to_owned()));
         } else if traits.aliases {
             // An alias resolves through the content of other resources: look at every alias
             // subscription again (VHDS subscriptions are small).
@@ -211,6 +413,7 @@ impl<R: Resource> Tracker<R> {
         traits: TypeTraits,
         view: &V,
         removals: Removals,
+        send: &mut BTreeMap<String, (R, BTreeSet<String>)>,
         diff: &mut Diff<R>,
     ) {
         let explicit = sub.has_name(name);
@@ -224,13 +427,12 @@ impl<R: Resource> Tracker<R> {
         let forced = self.forced.contains(name);
         match found {
             Some((resource, via_alias)) if interested => {
-                let held = self.held.get(name);
+                let held = self.get(name, sub);
                 let declared = matches!(held, Some(HeldRef::Declared(_)));
                 if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
                     let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
                     self.hold(key, Held::Sent(resource.clone()));
-                    let entry = diff
-                        .send
+                    let entry = send
                         .entry(resource.name().to_owned())
                         .or_insert_with(|| (resource, BTreeSet::new()));
                     if via_alias {
@@ -245,9 +447,9 @@ impl<R: Resource> Tracker<R> {
             }
             Some(_) => {
                 // Exists but is no longer of interest: the client drops it on its own.
-                self.unhold(name);
+                self.unhold(name, sub);
             }
-            None => match self.held.get(name) {
+            None => match self.get(name, sub) {
                 // Rule O1 puts a removal off, unless the client just (re)subscribed to the name
                 // (rules D2, S12): it waits for that answer, and ordering must never hold back
                 // what a client waits for (rule O2).
@@ -261,7 +463,7 @@ impl<R: Resource> Tracker<R> {
                     if explicit {
                         self.hold(Arc::from(name), Held::Absent);
                     } else {
-                        self.unhold(name);
+                        self.unhold(name, sub);
                     }
                 }
                 Some(HeldRef::Absent) if !forced => diff.recheck.push(name.to_owned()),

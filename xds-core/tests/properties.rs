@@ -100,8 +100,8 @@ proptest! {
     // 256 cases by default; PROPTEST_CASES=100000 for a longer search.
 
     #[test]
-    fn delta_client_converges_to_the_servers_view(t in traits(), ops in proptest::collection::vec(op(), 1..40)) {
-        let mut view = MemView::default();
+    fn delta_client_converges_to_the_servers_view(t in traits(), no_set in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+        let mut view = MemView { no_set, ..MemView::default() };
         let mut s = DeltaSubStream::new(t);
         let mut n = Nonces::new();
         let mut client = BTreeMap::new();
@@ -161,8 +161,8 @@ proptest! {
     }
 
     #[test]
-    fn sotw_client_converges_and_unchanged_state_sends_nothing(t in traits(), ops in proptest::collection::vec(op(), 1..40)) {
-        let mut view = MemView::default();
+    fn sotw_client_converges_and_unchanged_state_sends_nothing(t in traits(), no_set in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+        let mut view = MemView { no_set, ..MemView::default() };
         let mut s = SotwSubStream::new(t);
         let mut n = Nonces::new();
         let mut client = BTreeMap::new();

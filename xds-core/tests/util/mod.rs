@@ -35,6 +35,9 @@ pub struct MemView {
     pub aliases: BTreeMap<String, String>,
     pub revision: u64,
     pub log: Vec<(u64, String)>,
+    /// When true, the view offers no shared `resource_set`: every client keeps a handle per
+    /// resource, as with a custom view that does not implement it.
+    pub no_set: bool,
     /// When false, `changed_since` answers "cannot tell", forcing full comparisons.
     pub no_history: bool,
     /// When true, the view has no data yet.
@@ -114,6 +117,14 @@ impl View for MemView {
                 f(&r);
             }
         }
+    }
+    fn resource_set(&self) -> Option<xds_core::ResourceSet<Res>> {
+        if self.no_set {
+            return None;
+        }
+        let mut all = Vec::new();
+        self.for_each(&mut |r| all.push(r.clone()));
+        Some(xds_core::ResourceSet::new(all))
     }
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
         if self.no_history {
