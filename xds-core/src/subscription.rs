@@ -86,8 +86,11 @@ fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
 /// Name sets smaller than this are not worth sharing.
 const MIN_SHARED: usize = 64;
 
-/// The name sets of live subscriptions, by digest and size, for [`share`].
-static SHARED: Mutex<Option<HashMap<(u128, usize), Weak<BTreeSet<String>>>>> = Mutex::new(None);
+/// Name sets by digest and size.
+type Sets = HashMap<(u128, usize), Weak<BTreeSet<String>>>;
+
+/// The name sets of live subscriptions, for [`share`].
+static SHARED: Mutex<Option<Sets>> = Mutex::new(None);
 
 /// The set of live subscriptions equal to `names`, if there is one, else `names` itself, which
 /// later subscriptions of the same names will share.

@@ -77,6 +77,13 @@ impl<R> Diff<R> {
     }
 }
 
+/// A [`Diff`] being built name by name: what to send is collected by name first, as a
+/// resource found through several aliases is sent once.
+struct Compared<R> {
+    send: BTreeMap<String, (R, BTreeSet<String>)>,
+    diff: Diff<R>,
+}
+
 /// Whether `name` is covered by the subscription, and so by a tracker's base.
 fn covers(sub: &Subscription, name: &str) -> bool {
     sub.is_wildcard() || sub.has_name(name)
@@ -361,12 +368,19 @@ impl<R: Resource> Tracker<R> {
     ) -> Diff<R> {
         let candidates = self.candidates(sub, traits, view);
         self.deferred.clear();
-        let mut send = BTreeMap::new();
-        let mut diff =
-            Diff { send: Vec::new(), removed: Vec::new(), absent: Vec::new(), recheck: Vec::new() };
+        let mut out = Compared {
+            send: BTreeMap::new(),
+            diff: Diff {
+                send: Vec::new(),
+                removed: Vec::new(),
+                absent: Vec::new(),
+                recheck: Vec::new(),
+            },
+        };
         for name in candidates {
-            self.compare(&name, sub, traits, view, removals, &mut send, &mut diff);
+            self.compare(&name, sub, traits, view, removals, &mut out);
         }
+        let Compared { send, mut diff } = out;
         diff.send = send
             .into_values()
             .map(|(r, aliases): (R, BTreeSet<String>)| (r, aliases.into_iter().collect()))
@@ -413,9 +427,9 @@ impl<R: Resource> Tracker<R> {
         traits: TypeTraits,
         view: &V,
         removals: Removals,
-        send: &mut BTreeMap<String, (R, BTreeSet<String>)>,
-        diff: &mut Diff<R>,
+        out: &mut Compared<R>,
     ) {
+        let Compared { send, diff } = out;
         let explicit = sub.has_name(name);
         let direct = view.get(name);
         let interested = explicit || (sub.is_wildcard() && direct.is_some());
