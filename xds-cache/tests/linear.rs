@@ -162,3 +162,37 @@ fn s03_vhds_over_sotw_is_refused_by_a_linear_cache_too() {
     );
     assert!(open(&cache, &node("n"), &url(VHDS), Variant::Delta).is_ok());
 }
+
+#[test]
+fn clients_of_a_linear_cache_share_what_they_hold() {
+    // A thousand endpoint assignments, three delta clients subscribed to all of them and one
+    // SotW client: after their first responses none keeps state per resource (issue 14: a
+    // client costs its exceptions, not a handle per resource).
+    let cache = LinearCache::of::<ClusterLoadAssignment>();
+    let all: Vec<String> = (0..1_000).map(|i| format!("cluster-{i:04}")).collect();
+    for name in &all {
+        cache.upsert(&cla(name, 0)).unwrap();
+    }
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let mut clients: Vec<DeltaClient> =
+        (0..3).map(|_| DeltaClient::open(&cache, &node("n"), EDS)).collect();
+    for c in &mut clients {
+        let _ = c.request(&all, &[]);
+        assert_eq!(c.expect().resources.len(), 1_000);
+        assert_eq!(c.sub.held_exceptions(), 0);
+    }
+    let mut sotw = SotwClient::open(&cache, &node("n"), EDS);
+    let _ = sotw.subscribe(&all, "");
+    assert_eq!(sotw.expect().resources.len(), 1_000);
+    assert_eq!(sotw.sub.held_exceptions(), 0);
+
+    // An update: sent, and the client is back to holding the shared set.
+    cache.upsert(&cla("cluster-0007", 1)).unwrap();
+    for c in &mut clients {
+        assert_eq!(c.expect().resources.len(), 1);
+        assert_eq!(c.sub.held_exceptions(), 0);
+        assert_eq!(c.sub.held().count(), 1_000);
+    }
+    assert_eq!(sotw.expect().resources.len(), 1);
+    assert_eq!(sotw.sub.held_exceptions(), 0);
+}

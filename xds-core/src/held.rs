@@ -121,6 +121,10 @@ impl<R: Resource> HeldMap<R> {
         }
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.own.len() + self.other.len()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.own.is_empty() && self.other.is_empty()
     }

@@ -287,6 +287,31 @@ mod tests {
     }
 
     #[test]
+    fn subscriptions_of_the_same_many_names_share_one_set_until_one_changes() {
+        let many: Vec<String> = (0..1_000).map(|i| format!("cluster-{i:05}")).collect();
+        let mut reversed = many.clone();
+        reversed.reverse();
+        let (mut a, mut b, mut c) =
+            (Subscription::default(), Subscription::default(), Subscription::default());
+        a.apply_delta(&many, &[], true, false);
+        b.apply_delta(&reversed, &[], true, false);
+        c.apply_sotw(many.clone(), true, false);
+        assert!(Arc::ptr_eq(&a.names, &b.names) && Arc::ptr_eq(&a.names, &c.names));
+
+        // A change copies the set for the one that changed, and leaves the others as they were.
+        b.apply_delta(&names(&["extra"]), &names(&["cluster-00000"]), false, false);
+        assert!(!Arc::ptr_eq(&a.names, &b.names) && Arc::ptr_eq(&a.names, &c.names));
+        assert!(a.has_name("cluster-00000") && !a.has_name("extra"));
+        assert!(!b.has_name("cluster-00000") && b.has_name("extra") && b.names().len() == 1_000);
+
+        // Small sets are not shared.
+        let (mut d, mut e) = (Subscription::default(), Subscription::default());
+        d.apply_delta(&many[..10], &[], true, false);
+        e.apply_delta(&many[..10], &[], true, false);
+        assert!(!Arc::ptr_eq(&d.names, &e.names) && d == e);
+    }
+
+    #[test]
     fn name_hashes_differ_for_near_identical_names() {
         let mut seen = std::collections::HashSet::new();
         // Names that differ in one byte, in length only (trailing zeros), or across the 8-byte

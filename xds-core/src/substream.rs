@@ -291,6 +291,13 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         self.tracker.held_versions(&self.subscription)
     }
 
+    /// How many names the sub-stream keeps state for beyond the view's shared set (see
+    /// [`View::resource_set`]): what its client costs per resource. Near zero for a client that
+    /// holds what the view has; every held resource for a view without a shared set.
+    pub fn held_exceptions(&self) -> usize {
+        self.tracker.exceptions()
+    }
+
     /// The traits of the sub-stream's type.
     pub fn traits(&self) -> TypeTraits {
         self.traits

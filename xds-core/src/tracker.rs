@@ -95,9 +95,16 @@ impl<R: Resource> Tracker<R> {
         match self.held.get(name) {
             Some(HeldRef::Dropped) => None,
             Some(held) => Some(held),
-            None if covers(sub, name) => self.base.as_ref()?.get(name).map(HeldRef::Sent),
-            None => None,
+            None => {
+                let base = self.base.as_ref()?;
+                if covers(sub, name) { base.get(name).map(HeldRef::Sent) } else { None }
+            }
         }
+    }
+
+    /// How many names `held` keeps beside the base.
+    pub(crate) fn exceptions(&self) -> usize {
+        self.held.len()
     }
 
     /// Whether the client holds nothing at all.
@@ -284,6 +291,12 @@ impl<R: Resource> Tracker<R> {
             self.compare_all(sub, traits, view, removals)
         };
         self.forced.clear();
+        if sub.is_empty() && self.holds_nothing() {
+            // Nothing to compare, nothing to base (a first poll before the names arrive): the
+            // names, when they come, are compared in one pass as a joining client's are.
+            self.synced = None;
+            return diff;
+        }
         self.synced = Some(view.revision());
         if let Some(set) = set
             && self.deferred.is_empty()
@@ -322,9 +335,20 @@ impl<R: Resource> Tracker<R> {
                     absent.push((name.clone(), false));
                 }
             }
+        } else if let Some(set) = set {
+            // Both in name order: one merge, not a search per name (10,000 names per joining
+            // client in a storm).
+            let mut resources = set.iter().peekable();
+            for name in sub.names() {
+                while resources.next_if(|r| r.name() < name.as_str()).is_some() {}
+                match resources.next_if(|r| r.name() == name.as_str()) {
+                    Some(r) => send.push((r.clone(), Vec::new())),
+                    None => absent.push((name.clone(), false)),
+                }
+            }
         } else {
             for name in sub.names() {
-                match lookup(name) {
+                match view.get(name) {
                     Some(r) => send.push((r, Vec::new())),
                     None => absent.push((name.clone(), false)),
                 }
@@ -488,5 +512,182 @@ impl<R: Resource> Tracker<R> {
                 _ => {}
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::message::{DeltaRequest, DeltaResource};
+    use crate::nonce::Nonces;
+    use crate::substream::{DeltaSubStream, SubStream};
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Res(Arc<str>, &'static str);
+
+    impl Resource for Res {
+        fn name(&self) -> &str {
+            &self.0
+        }
+        fn version(&self) -> &str {
+            self.1
+        }
+    }
+
+    /// A view with a change log that hands out one shared set per revision, as the caches do.
+    #[derive(Default)]
+    struct Shared {
+        resources: BTreeMap<String, Res>,
+        log: Vec<(u64, String)>,
+        set: std::cell::RefCell<Option<(u64, ResourceSet<Res>)>>,
+    }
+
+    impl Shared {
+        fn set(&mut self, name: &str, version: &'static str) {
+            self.resources.insert(name.into(), Res(name.into(), version));
+            self.log.push((self.log.len() as u64 + 1, name.into()));
+        }
+        fn delete(&mut self, name: &str) {
+            self.resources.remove(name);
+            self.log.push((self.log.len() as u64 + 1, name.into()));
+        }
+    }
+
+    impl View for Shared {
+        type Resource = Res;
+        fn revision(&self) -> u64 {
+            self.log.len() as u64
+        }
+        fn version(&self) -> String {
+            self.revision().to_string()
+        }
+        fn get(&self, name: &str) -> Option<Res> {
+            self.resources.get(name).cloned()
+        }
+        fn for_each(&self, f: &mut dyn FnMut(&Res)) {
+            self.resources.values().for_each(f);
+        }
+        fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
+            self.log.iter().filter(|(r, _)| *r > revision).for_each(|(_, n)| f(n));
+            true
+        }
+        fn resource_set(&self) -> Option<ResourceSet<Res>> {
+            let mut cached = self.set.borrow_mut();
+            if let Some((revision, set)) = cached.as_ref()
+                && *revision == self.revision()
+            {
+                return Some(set.clone());
+            }
+            let set = ResourceSet::new(self.resources.values().cloned().collect());
+            *cached = Some((self.revision(), set.clone()));
+            Some(set)
+        }
+    }
+
+    const CDS: TypeTraits = TypeTraits { wildcard_capable: true, full_state: true, aliases: false };
+
+    fn request(sub: &[&str], unsub: &[&str], nonce: &str) -> DeltaRequest {
+        DeltaRequest {
+            subscribe: sub.iter().map(|s| s.to_string()).collect(),
+            unsubscribe: unsub.iter().map(|s| s.to_string()).collect(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Sends what is owed and ACKs it; returns (sent names, removed names).
+    fn exchange(
+        s: &mut DeltaSubStream<Res>,
+        view: &Shared,
+        n: &mut Nonces,
+    ) -> (Vec<String>, Vec<String>) {
+        let Some(r) = s.poll_response(view, n) else { return (Vec::new(), Vec::new()) };
+        let _ = s.handle_request(request(&[], &[], &r.nonce));
+        let sent = r
+            .resources
+            .iter()
+            .map(|e| match e {
+                DeltaResource::Present { resource, .. } => resource.name().to_owned(),
+                DeltaResource::Absent { name, .. } => format!("absent:{name}"),
+            })
+            .collect();
+        (sent, r.removed_resources)
+    }
+
+    fn clusters(count: usize) -> Shared {
+        let mut view = Shared::default();
+        for i in 0..count {
+            view.set(&format!("cluster-{i:05}"), "1");
+        }
+        view
+    }
+
+    #[test]
+    fn clients_of_one_view_share_what_they_hold_and_keep_only_exceptions() {
+        let mut view = clusters(1_000);
+        let mut n = Nonces::new();
+        let mut clients: Vec<DeltaSubStream<Res>> = (0..3).map(|_| SubStream::new(CDS)).collect();
+        for s in &mut clients {
+            let _ = s.handle_request(request(&["*"], &[], ""));
+            assert_eq!(exchange(s, &view, &mut n).0.len(), 1_000);
+            assert!(s.tracker.held.is_empty(), "no per-resource state after the first response");
+        }
+        let base = |s: &DeltaSubStream<Res>| s.tracker.base.clone().expect("a base");
+        assert!(base(&clients[0]).ptr_eq(&base(&clients[2])), "one set for every client");
+
+        // One change: each client is sent exactly it, and is back to no exceptions.
+        view.set("cluster-00007", "2");
+        view.delete("cluster-00009");
+        for s in &mut clients {
+            let (sent, removed) = exchange(s, &view, &mut n);
+            assert_eq!(
+                (sent, removed),
+                (vec!["cluster-00007".into()], vec!["cluster-00009".into()])
+            );
+            assert!(s.tracker.held.is_empty());
+            assert_eq!(s.held().count(), 999);
+            assert_eq!(
+                s.held().find(|(n, _)| *n == "cluster-00007"),
+                Some(("cluster-00007", Some("2")))
+            );
+        }
+        assert!(base(&clients[0]).ptr_eq(&base(&clients[1])));
+    }
+
+    #[test]
+    fn a_name_that_joins_the_subscription_is_not_taken_as_held_from_the_base() {
+        let mut view = clusters(3);
+        let mut n = Nonces::new();
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["cluster-00000"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00000"]);
+        assert!(s.tracker.base.is_some(), "the base is the whole view, covering one name");
+
+        // A newly subscribed name is sent, although the base has it.
+        let _ = s.handle_request(request(&["cluster-00001"], &[], s.last_nonce().unwrap_or("")));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00001"]);
+        // Deleted while not subscribed, then subscribed before anything else was compared: the
+        // base still has it, but the client never held it; it is told the name does not exist,
+        // not that it was removed.
+        view.delete("cluster-00002");
+        let _ = s.handle_request(request(&["cluster-00002"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n), (vec!["absent:cluster-00002".into()], vec![]));
+
+        // The wildcard joins: everything not held yet is sent, nothing held is sent again.
+        view.set("cluster-00003", "1");
+        let _ = s.handle_request(request(&["*"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00003"]);
+        let held: Vec<_> = s.held().map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
+        assert_eq!(
+            held,
+            [
+                ("cluster-00000".into(), Some("1".into())),
+                ("cluster-00001".into(), Some("1".into())),
+                ("cluster-00002".into(), None),
+                ("cluster-00003".into(), Some("1".into()))
+            ]
+        );
     }
 }

@@ -28,6 +28,10 @@ pub struct TypeStatus {
     /// The resources last sent, name -> version (`None`: told it does not exist). This is what
     /// the client holds once it accepts them; after a NACK it kept older versions (see `nack`).
     pub resources: BTreeMap<String, Option<String>>,
+    /// How many of those the stream keeps its own state for; the rest it shares with every
+    /// stream that holds the same resources (see `xds_core::View::resource_set`): what this
+    /// client costs the server per resource.
+    pub held_exceptions: usize,
 }
 
 /// A rejected response.

@@ -136,4 +136,5 @@ pub(crate) fn fill_status<P: xds_core::Protocol>(
         status.acked_version = Some(crate::status::bounded_owned(acked));
     }
     status.resources = sub.held().map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
+    status.held_exceptions = sub.held_exceptions();
 }
