@@ -2,7 +2,8 @@
 //! protocol decision is the core's ([`xds_core::Stream`]); this is its I/O.
 //!
 //! The response stream *is* the loop: tonic polls it, and it polls the request stream, the
-//! stream's cache signal and the core's timer in turn. Nothing is spawned; a client that stops
+//! stream's cache signal and the core's timer in turn. Nothing is spawned (but, while a stream
+//! joins, the keeper of its join-gate permit, below); a client that stops
 //! reading stops its own loop, and when it reads again it gets the newest state (the cache queues
 //! nothing for it).
 //!
