@@ -93,6 +93,17 @@ pub struct ServerConfig {
     /// How long [`XdsServer::drain`](crate::XdsServer::drain) waits for streams to end after
     /// shutdown before it returns (default 5 s).
     pub shutdown_grace: Duration,
+    /// The join gate: how many streams may be joining (computing and sending their first
+    /// responses) at once; the others wait in arrival order (0: no gate). In a storm, when every
+    /// client reconnects at once, served round-robin every joiner finishes last; served a few at
+    /// a time, the first to arrive are done first and the median client holds its configuration
+    /// in a fraction of the storm. Default: twice the cores. Streams that hold their
+    /// configuration (updates) never wait on the gate.
+    pub join_permits: usize,
+    /// The longest a joining stream holds its place in the gate (default 5 s); a client that
+    /// stops reading or never acknowledges its first responses then goes on ungated, so it can
+    /// slow the others by this much at most.
+    pub join_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -104,6 +115,8 @@ impl Default for ServerConfig {
             custom_types: Vec::new(),
             fetch_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
+            join_permits: std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+            join_timeout: Duration::from_secs(5),
         }
     }
 }

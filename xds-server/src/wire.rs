@@ -126,8 +126,10 @@ pub(crate) trait Framed: Message + Send + 'static {
     }
 }
 
+/// The encoded length of a string field, as `encoding::string::encoded_len` computes it but
+/// without the `&String` that function takes (a copy per resource per client on the write path).
 fn string_len(tag: u32, s: &str) -> usize {
-    if s.is_empty() { 0 } else { encoding::string::encoded_len(tag, &s.to_owned()) }
+    if s.is_empty() { 0 } else { len_delimited(tag, s.len()) }
 }
 
 fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {

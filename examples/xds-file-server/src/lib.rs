@@ -255,6 +255,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             tracing::warn!(streams = left, "shutdown grace passed with streams still open");
         }
     };
+    // HTTP/2 windows and frame size stay hyper's (1 MiB stream and connection windows): they
+    // bound what a client sends, which `max_request_bytes` bounds anyway; what the server sends
+    // is paced by the client's windows (docs/benchmarks.md, "Write path and join gate"). The
+    // join gate (`ServerConfig::join_permits`) keeps its default: twice the cores.
     let grpc = tonic::transport::Server::builder()
         .http2_keepalive_interval(
             Some(Duration::from_secs(args.keepalive_interval_s)).filter(|d| !d.is_zero()),

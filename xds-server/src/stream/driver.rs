@@ -2,16 +2,29 @@
 //! protocol decision is the core's ([`xds_core::Stream`]); this is its I/O.
 //!
 //! The response stream *is* the loop: tonic polls it, and it polls the request stream, the
-//! stream's cache signal and the core's timer in turn. Nothing is spawned; a client that stops
+//! stream's cache signal and the core's timer in turn. Nothing is spawned (but, while a stream
+//! joins, the keeper of its join-gate permit, below); a client that stops
 //! reading stops its own loop, and when it reads again it gets the newest state (the cache queues
 //! nothing for it).
+//!
+//! The join gate ([`Gate`]): a stream's first request waits for a permit of the server-wide
+//! semaphore (`ServerConfig::join_permits`, FIFO: arrival order) before the stream computes
+//! anything, and the stream keeps the permit until it is synced: every response it was sent has
+//! been acknowledged (ACK or NACK) and nothing is waiting to be written. An ACK comes only after
+//! the client read the whole response, and a client asks for what a response names (the
+//! endpoints of new clusters) before it acknowledges it, as Envoy does, so the permit covers the
+//! whole chain of a join (CDS, then EDS of every cluster). A permit is freed after
+//! `ServerConfig::join_timeout` whatever the stream does (a task of its own keeps it, since a
+//! stream blocked on flow control is not polled), and the stream then goes on ungated. A synced
+//! stream never waits on the gate again: updates are not queued behind joiners.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
+use tokio::sync::oneshot;
 use tokio::time::sleep_until;
 
 use futures_util::Stream;
@@ -84,6 +97,22 @@ struct Driver<P: Protocol> {
     outbox: VecDeque<P::Wire>,
     status: Arc<Mutex<StreamStatus>>,
     done: bool,
+    gate: Gate,
+}
+
+/// Where a stream is with respect to the join gate (see the module's documentation).
+enum Gate {
+    /// No request yet: the first one waits for a permit.
+    Fresh,
+    /// Joining, with a permit kept by a task of its own: dropping `release` frees it (the task
+    /// also frees it after `join_timeout`).
+    Joining {
+        _release: oneshot::Sender<()>,
+        /// The types with a response sent and not yet acknowledged.
+        unacked: BTreeSet<TypeUrl>,
+    },
+    /// Synced, or the gate is off: never gated again.
+    Open,
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -129,6 +158,7 @@ pub(crate) fn open<P: Protocol>(
         outbox: VecDeque::new(),
         status,
         done: false,
+        gate: if shared.join_gate.is_some() { Gate::Fresh } else { Gate::Open },
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
@@ -168,6 +198,10 @@ impl<P: Protocol> Driver<P> {
             if self.done {
                 return None;
             }
+            // Everything owed was handed to the body; synced once all of it is acknowledged.
+            if matches!(&self.gate, Gate::Joining { unacked, .. } if unacked.is_empty()) {
+                self.gate = Gate::Open;
+            }
             let timeout = lock(&self.core.0).poll_timeout();
             tokio::select! {
                 biased;
@@ -177,6 +211,10 @@ impl<P: Protocol> Driver<P> {
                 }
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => {
+                        if matches!(self.gate, Gate::Fresh) && !self.join().await {
+                            self.done = true;
+                            return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
+                        }
                         if let Err(status) = self.on_request(request) {
                             self.done = true;
                             tracing::debug!(stream = self.info.id, %status, "stream refused a request");
@@ -201,6 +239,34 @@ impl<P: Protocol> Driver<P> {
             }
             self.respond();
         }
+    }
+
+    /// Waits for a permit of the join gate, in arrival order; false if the server shuts down
+    /// meanwhile. The permit goes to a task that frees it when the stream is synced (drops
+    /// `release`), ends, or has held it for `join_timeout`.
+    async fn join(&mut self) -> bool {
+        let Some(gate) = self.shared.join_gate.clone() else {
+            self.gate = Gate::Open;
+            return true;
+        };
+        let permit = tokio::select! {
+            biased;
+            _ = self.shared.shutdown.cancelled() => return false,
+            permit = gate.acquire_owned() => permit,
+        };
+        // The semaphore is never closed; were it, the stream would simply go on ungated.
+        let Ok(permit) = permit else {
+            self.gate = Gate::Open;
+            return true;
+        };
+        let (release, released) = oneshot::channel::<()>();
+        let hold = self.shared.config.join_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = tokio::time::timeout(hold, released).await;
+        });
+        self.gate = Gate::Joining { _release: release, unacked: BTreeSet::new() };
+        true
     }
 
     /// The status a stream ends with when its request stream fails.
@@ -322,6 +388,19 @@ impl<P: Protocol> Driver<P> {
         drop(core);
         if events.is_empty() {
             return;
+        }
+        if let Gate::Joining { unacked, .. } = &mut self.gate {
+            for event in &events {
+                match event {
+                    proto::Event::Sent { type_key, .. } => {
+                        unacked.insert(type_key.clone());
+                    }
+                    proto::Event::Ack { type_key, .. } | proto::Event::Nack { type_key, .. } => {
+                        unacked.remove(type_key);
+                    }
+                    _ => {}
+                }
+            }
         }
         record(&self.shared, P::LABEL, &self.status, &events);
         deliver(&self.shared, &self.info, events);

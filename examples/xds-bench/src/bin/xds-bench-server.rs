@@ -59,6 +59,10 @@ struct Args {
     /// late to read the PONG before its timeout, and the server drops healthy clients.
     #[arg(long, default_value_t = 0)]
     keepalive_s: u64,
+    /// The join gate: streams joining at once, the others waiting in arrival order (0: no gate;
+    /// default: the server's, twice the cores). See `ServerConfig::join_permits`.
+    #[arg(long)]
+    join_permits: Option<usize>,
     /// Log filter.
     #[arg(long, default_value = "warn")]
     log: String,
@@ -167,7 +171,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route(ResourceType::ClusterLoadAssignment, cla)
         .route(ResourceType::Listener, listeners)
         .route(ResourceType::RouteConfiguration, routes);
-    let server = XdsServer::builder(mux).config(ServerConfig::default()).build();
+    let mut config = ServerConfig::default();
+    config.join_permits = args.join_permits.unwrap_or(config.join_permits);
+    let server = XdsServer::builder(mux).config(config).build();
 
     let metrics = server.clone();
     let status = server.clone();
@@ -230,6 +236,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.http_addr,
     );
     let keepalive = (args.keepalive_s > 0).then(|| Duration::from_secs(args.keepalive_s));
+    // HTTP/2 windows and frame size stay hyper's (1 MiB stream and connection windows, 16 KiB
+    // frames): a server's settings bound what the *client* sends (its largest request, 10,000
+    // EDS names, is ~140 KB), while what the server sends is bounded by the client's windows and
+    // frame size (docs/benchmarks.md, "Write path and join gate").
     tonic::transport::Server::builder()
         .http2_keepalive_interval(keepalive)
         .http2_keepalive_timeout(keepalive.map(|_| Duration::from_secs(10)))
