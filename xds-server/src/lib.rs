@@ -81,6 +81,7 @@ pub mod lrs;
 mod metrics;
 mod naming;
 mod reporter;
+mod requests;
 mod rest;
 mod server;
 mod status;

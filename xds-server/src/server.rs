@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
-use tonic::codec::Codec;
+use tonic::Status;
 use tonic::server::{Grpc, UnaryService};
-use tonic::{Status, Streaming};
 use xds_cache::{Cache, CacheError};
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
@@ -23,6 +22,7 @@ use crate::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
+use crate::requests::Requests;
 use crate::status::StatusRegistry;
 use crate::stream::{self, Delta, Sotw};
 use crate::wire::SotwWire;
@@ -441,9 +441,10 @@ impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
     }
 }
 
-/// Serves one streaming method. tonic decodes the request stream (with the size limit); the
-/// responses go out through [`StreamBody`], which writes each response a chunk at a time from
-/// the cached bytes instead of encoding it whole into a buffer the stream keeps.
+/// Serves one streaming method. [`Requests`] decodes the request stream (with the size limit)
+/// into a buffer per message that it lets go of; the responses go out through [`StreamBody`],
+/// which writes each response a chunk at a time from the cached bytes instead of encoding it
+/// whole into a buffer the stream keeps.
 fn serve_stream<P: stream::Protocol>(
     shared: Arc<Shared>,
     fixed: Option<ResourceType>,
@@ -458,10 +459,7 @@ fn serve_stream<P: stream::Protocol>(
         .into_http();
     }
     let max = shared.config.limits.max_request_bytes;
-    let request = tonic::Request::from_http(request.map(|body| {
-        let decoder = tonic_prost::ProstCodec::<P::Wire, P::Request>::default().decoder();
-        Streaming::new_request(decoder, body, None, Some(max))
-    }));
+    let request = tonic::Request::from_http(request.map(|body| Requests::new(body, max)));
     match stream::open::<P>(shared, fixed, request) {
         Ok(responses) => {
             let mut response =

@@ -28,7 +28,9 @@ use tokio::sync::oneshot;
 use tokio::time::sleep_until;
 
 use futures_util::Stream;
-use tonic::{Status, Streaming};
+use tonic::Status;
+
+use crate::requests::Requests;
 use tracing::Instrument;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
 use xds_core::{self as proto, View};
@@ -92,7 +94,7 @@ struct Driver<P: Protocol> {
     core: Arc<Shareable<P>>,
     watches: Watches,
     signal: Arc<Signal>,
-    requests: Streaming<P::Request>,
+    requests: Requests<P::Request>,
     /// Responses to write: at most one per type per wake (the core keeps one in flight per type).
     outbox: VecDeque<P::Wire>,
     status: Arc<Mutex<StreamStatus>>,
@@ -119,7 +121,7 @@ enum Gate {
 pub(crate) fn open<P: Protocol>(
     shared: Arc<Shared>,
     fixed: Option<ResourceType>,
-    request: tonic::Request<Streaming<P::Request>>,
+    request: tonic::Request<Requests<P::Request>>,
 ) -> Result<ResponseStream<P::Wire>, Status> {
     if shared.shutdown.is_cancelled() {
         return Err(Status::unavailable("the server is shutting down"));
