@@ -238,8 +238,10 @@ impl Naming {
         recheck: &[String],
         sent: impl Iterator<Item = &'a str>,
     ) -> Vec<ResourceError> {
-        for name in sent {
-            self.reported.remove(name);
+        if !self.reported.is_empty() {
+            for name in sent {
+                self.reported.remove(name);
+            }
         }
         let mut owed = std::mem::take(&mut self.pending);
         absent.retain(|(name, _)| {

@@ -108,7 +108,7 @@ impl<R: Resource> Tracker<R> {
     }
 
     /// Whether the client holds nothing at all.
-    fn holds_nothing(&self) -> bool {
+    pub(crate) fn holds_nothing(&self) -> bool {
         self.base.is_none() && self.held.is_empty()
     }
 
