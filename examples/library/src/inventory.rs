@@ -1,16 +1,17 @@
 //! A `Cache` over an inventory of your own types: services and their instance ports, served as
 //! ClusterLoadAssignments (EDS) as they change. This is the whole extension point: a [`Cache`]
 //! that hands out a [`Watch`] per stream, a [`View`] of the resources, the [`Watchers`] registry
-//! so a stream's signal is released when the stream ends, and a [`TypeVersion`] so the same
-//! content has the same version on every replica.
+//! so a stream's signal is released when the stream ends, a [`TypeVersion`] so the same
+//! content has the same version on every replica, and a shared [`ResourceSet`] so that clients
+//! holding the same endpoints cost no state per endpoint.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use xds_cache::{
     Cache, CacheError, DynView, Registration, Signal, TypeVersion, Watch, WatchRequest, Watchers,
 };
-use xds_core::View;
+use xds_core::{ResourceSet, View};
 use xds_proto::builders::endpoints;
 use xds_proto::{EncodeError, EncodedResource, ResourceType};
 
@@ -20,6 +21,9 @@ struct State {
     revision: u64,
     version: TypeVersion,
     endpoints: BTreeMap<String, EncodedResource>,
+    /// Every resource as one set that all streams share (see [`View::resource_set`]): built by
+    /// the first stream that asks after a change, reset by every change.
+    shared: OnceLock<ResourceSet<EncodedResource>>,
 }
 
 /// The inventory: service name -> instance ports on 127.0.0.1. Clone it freely (a handle).
@@ -41,6 +45,7 @@ impl Inventory {
         state.version.insert(name, encoded.version());
         state.endpoints.insert(name.to_owned(), encoded);
         state.revision += 1;
+        state.shared = OnceLock::new();
         drop(state); // change first, then signal: a woken stream reads the new state
         self.watchers.notify(&());
         Ok(())
@@ -65,6 +70,12 @@ impl View for State {
     }
     fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
         self.endpoints.values().for_each(f)
+    }
+    fn resource_set(&self) -> Option<ResourceSet<EncodedResource>> {
+        let set = self
+            .shared
+            .get_or_init(|| ResourceSet::new(self.endpoints.values().cloned().collect()));
+        Some(set.clone())
     }
 }
 
