@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
-use crate::subscription::WILDCARD;
 use crate::substream::{Delta, Protocol, SubStream};
 use crate::tracker::Held;
 
@@ -40,7 +39,7 @@ impl Protocol for Delta {
             first,
             sub.traits.wildcard_capable,
         );
-        if change.added.iter().any(|name| name == WILDCARD) {
+        if change.wildcard_joined() {
             sub.tracker.synced = None;
         }
         sub.tracker.subscription_grew(&change, &sub.subscription);
@@ -56,14 +55,14 @@ impl Protocol for Delta {
                 }
             }
         }
-        sub.tracker.subscription_shrank(&change.removed, &sub.subscription);
+        sub.tracker.subscription_shrank(&change, &sub.subscription);
         if !sub.subscription.is_wildcard() {
             // Rule D7 is about what the client subscribes to: a declared name outside the
             // subscription is forgotten, as the client drops what it does not subscribe to.
             // Kept, a removal of it could be put off (rule O1) and the server would go on
             // believing the client holds it.
             declared_names.retain(|name| !sub.subscription.has_name(name));
-            sub.tracker.subscription_shrank(&declared_names, &sub.subscription);
+            sub.tracker.forget(&declared_names, &sub.subscription);
         }
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }

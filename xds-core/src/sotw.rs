@@ -3,7 +3,6 @@
 use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
-use crate::subscription::WILDCARD;
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
 use crate::tracker::HeldRef;
 
@@ -39,15 +38,15 @@ impl Protocol for Sotw {
         // Rule C1: every name is normalized once, here; refused names go no further.
         let names = sub.naming.admit_sotw(request.resource_names);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
-        if change.added.iter().any(|name| name == WILDCARD) {
+        if change.wildcard_joined() {
             sub.tracker.synced = None;
         }
         sub.tracker.subscription_grew(&change, &sub.subscription);
-        for name in change.added.iter().filter(|name| *name != WILDCARD) {
+        for name in change.added_names() {
             // Rule S12: newly requested names are sent even if sent before.
             sub.tracker.force(name, &sub.subscription);
         }
-        sub.tracker.subscription_shrank(&change.removed, &sub.subscription);
+        sub.tracker.subscription_shrank(&change, &sub.subscription);
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
     }
 

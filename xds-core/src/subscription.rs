@@ -122,11 +122,52 @@ fn share(names: Arc<BTreeSet<String>>, digest: u128) -> Arc<BTreeSet<String>> {
     if Arc::ptr_eq(&existing, &names) || *existing == *names { existing } else { names }
 }
 
-/// The names a subscription change added and removed (`*` stands for the wildcard).
+/// The names a subscription change added and removed. When the wildcard joins or leaves, its
+/// marker `*` comes first in `added` or `removed`, before the names in order. (A type without a
+/// wildcard may have a resource named `*`: that is an ordinary name, in its sorted place.)
 #[derive(Debug, Default)]
 pub(crate) struct Change {
     pub(crate) added: Vec<String>,
     pub(crate) removed: Vec<String>,
+    wildcard_joined: bool,
+    wildcard_left: bool,
+}
+
+impl Change {
+    /// Whether the wildcard joined the subscription with this change.
+    pub(crate) fn wildcard_joined(&self) -> bool {
+        self.wildcard_joined
+    }
+
+    /// Whether the wildcard left the subscription with this change.
+    pub(crate) fn wildcard_left(&self) -> bool {
+        self.wildcard_left
+    }
+
+    /// The names added, without the wildcard's marker, in order.
+    pub(crate) fn added_names(&self) -> &[String] {
+        &self.added[usize::from(self.wildcard_joined)..]
+    }
+
+    /// The names removed, without the wildcard's marker, in order.
+    pub(crate) fn removed_names(&self) -> &[String] {
+        &self.removed[usize::from(self.wildcard_left)..]
+    }
+
+    /// Puts the wildcard's marker first in `added` or `removed` when the wildcard joined or left.
+    fn mark_wildcard(&mut self, was: bool, is: bool) {
+        match (was, is) {
+            (false, true) => {
+                self.added.insert(0, WILDCARD.to_owned());
+                self.wildcard_joined = true;
+            }
+            (true, false) => {
+                self.removed.insert(0, WILDCARD.to_owned());
+                self.wildcard_left = true;
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Subscription {
@@ -256,11 +297,7 @@ impl Subscription {
         if change.added.len() + change.removed.len() >= MIN_SHARED {
             self.names = share(std::mem::take(&mut self.names), self.digest);
         }
-        match (was_wildcard, self.is_wildcard()) {
-            (false, true) => change.added.insert(0, WILDCARD.to_owned()),
-            (true, false) => change.removed.insert(0, WILDCARD.to_owned()),
-            _ => {}
-        }
+        change.mark_wildcard(was_wildcard, self.is_wildcard());
         change
     }
 
@@ -268,12 +305,9 @@ impl Subscription {
         let mut change = Change {
             added: self.names.difference(&before.names).cloned().collect(),
             removed: before.names.difference(&self.names).cloned().collect(),
+            ..Change::default()
         };
-        match (before.is_wildcard(), self.is_wildcard()) {
-            (false, true) => change.added.insert(0, WILDCARD.to_owned()),
-            (true, false) => change.removed.insert(0, WILDCARD.to_owned()),
-            _ => {}
-        }
+        change.mark_wildcard(before.is_wildcard(), self.is_wildcard());
         change
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 pub(crate) use crate::held::{Held, HeldMap, HeldRef};
 use crate::resource::{Resource, ResourceSet, TypeTraits, View};
-use crate::subscription::{Change, Subscription, WILDCARD};
+use crate::subscription::{Change, Subscription};
 
 /// Whether a response may remove resources now (rule O1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,14 +169,15 @@ impl<R: Resource> Tracker<R> {
     /// exceptions and the base goes.
     pub(crate) fn subscription_grew(&mut self, change: &Change, sub: &Subscription) {
         let Some(base) = &self.base else { return };
-        if change.added.iter().any(|n| n == WILDCARD) {
+        if change.wildcard_joined() {
+            // What the base held for the names covered before this change: the names still
+            // subscribed that were not just added, and those this very change unsubscribed
+            // (the wildcard covers them now, and the client still holds them).
             let base = base.clone();
-            // `*` comes first; the names after it are sorted.
-            let added = &change.added[1.min(change.added.len())..];
-            for name in sub.names() {
-                let newly = added.binary_search(name).is_ok();
-                if !newly
-                    && self.held.get(name).is_none()
+            let added = change.added_names();
+            let kept = sub.names().iter().filter(|name| added.binary_search(name).is_err());
+            for name in kept.chain(change.removed_names()) {
+                if self.held.get(name).is_none()
                     && let Some(r) = base.get(name)
                 {
                     self.held.insert(r.shared_name(), Held::Sent(r.clone()));
@@ -186,11 +187,11 @@ impl<R: Resource> Tracker<R> {
             self.base = None;
             return;
         }
-        let was_wildcard = sub.is_wildcard() || change.removed.iter().any(|n| n == WILDCARD);
-        if was_wildcard {
+        if sub.is_wildcard() || change.wildcard_left() {
+            // The wildcard covered the added names before: nothing changes for them.
             return;
         }
-        for name in &change.added {
+        for name in change.added_names() {
             if self.held.get(name).is_none() && base.get(name).is_some() {
                 self.held.insert(Arc::from(name.as_str()), Held::Dropped);
             }
@@ -199,13 +200,20 @@ impl<R: Resource> Tracker<R> {
 
     /// Forgets what the client held under names (and the wildcard, `*`) that left the
     /// subscription: the client drops those itself.
-    pub(crate) fn subscription_shrank(&mut self, removed: &[String], sub: &Subscription) {
-        for name in removed {
-            if name == WILDCARD {
-                self.wildcard_left(sub);
-            } else {
-                self.unsubscribed(name, sub);
-            }
+    pub(crate) fn subscription_shrank(&mut self, change: &Change, sub: &Subscription) {
+        if change.wildcard_left() {
+            self.wildcard_left(sub);
+        }
+        for name in change.removed_names() {
+            self.unsubscribed(name, sub);
+        }
+    }
+
+    /// Forgets names that left the subscription (a reconnecting client's declared names that it
+    /// does not subscribe to).
+    pub(crate) fn forget(&mut self, names: &[String], sub: &Subscription) {
+        for name in names {
+            self.unsubscribed(name, sub);
         }
     }
 
@@ -315,6 +323,8 @@ impl<R: Resource> Tracker<R> {
         view: &V,
         set: Option<&ResourceSet<R>>,
     ) -> Diff<R> {
+        // Nothing held, so nothing can be waiting for removal.
+        self.deferred.clear();
         let mut send: Vec<(R, Vec<String>)> = Vec::new();
         let mut absent = Vec::new();
         let lookup = |name: &str| match set {
@@ -373,8 +383,13 @@ impl<R: Resource> Tracker<R> {
         if same && self.held.is_empty() {
             return;
         }
+        // A resource held with another TTL than the set's (the TTL is not part of the version)
+        // stays an exception: the client's copy expires by the TTL it was sent with, and its
+        // heartbeats are owed from it.
         self.held.retain_held(|held| match held {
-            HeldRef::Sent(r) => set.get(r.name()).is_none_or(|s| s.version() != r.version()),
+            HeldRef::Sent(r) => {
+                set.get(r.name()).is_none_or(|s| s.version() != r.version() || s.ttl() != r.ttl())
+            }
             HeldRef::Dropped => false,
             HeldRef::Declared(_) | HeldRef::Absent => true,
         });
@@ -654,6 +669,25 @@ mod tests {
             );
         }
         assert!(base(&clients[0]).ptr_eq(&base(&clients[1])));
+    }
+
+    #[test]
+    fn d05_a_name_unsubscribed_as_the_wildcard_joins_is_still_removed_when_deleted() {
+        // The client holds X through the base; X is deleted, and in one request the client
+        // trades its name for the wildcard: it still holds X, which must be removed (rule D5),
+        // and is sent everything else.
+        let mut view = clusters(3);
+        let mut n = Nonces::new();
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["cluster-00000"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00000"]);
+        assert!(s.tracker.base.is_some());
+        view.delete("cluster-00000");
+        let _ = s.handle_request(request(&["*"], &["cluster-00000"], ""));
+        assert_eq!(
+            exchange(&mut s, &view, &mut n),
+            (vec!["cluster-00001".into(), "cluster-00002".into()], vec!["cluster-00000".into()])
+        );
     }
 
     #[test]

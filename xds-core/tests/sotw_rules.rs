@@ -372,3 +372,19 @@ fn nothing_is_sent_from_a_view_that_is_not_ready() {
     view.set("a", "1");
     assert_eq!(sotw_names(&cds.poll_response(&view, &mut n).unwrap()), names(&["a"]));
 }
+
+#[test]
+fn s12_a_resource_named_star_of_a_type_without_wildcard_is_an_ordinary_name() {
+    // `*` sorts before letters: newly requested, it is sent like any name (rule S12), and the
+    // subscription does not become a wildcard.
+    let mut n = nonces();
+    let view = MemView::with(&[("*", "1"), ("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_items(&r), [("a".into(), "1".into())]);
+    let _ = s.handle_request(sotw(&["a", "*"], &r.version_info, &r.nonce));
+    let r = s.poll_response(&view, &mut n).expect("`*` is owed");
+    assert_eq!(sotw_items(&r), [("*".into(), "1".into())]);
+    assert!(!s.subscription().is_wildcard());
+}

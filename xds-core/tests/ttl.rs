@@ -55,3 +55,21 @@ fn delta_heartbeat_renews_without_resending() {
     assert_eq!(s.min_ttl(), None);
     assert!(s.poll_heartbeat(&mut n).is_none());
 }
+
+#[test]
+fn heartbeats_go_on_for_the_ttl_the_client_holds_when_only_the_views_ttl_changes() {
+    // The TTL is not part of the version: a resource republished without its TTL is not resent,
+    // so the client's copy still expires by the TTL it got, and heartbeats must go on for it
+    // (whatever the stream shares with other clients of the view).
+    let mut n = nonces();
+    let mut view = view_with_ttl();
+    let mut s = DeltaSubStream::new(EDS);
+    let _ = s.handle_request(delta(&["a", "b"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    view.ttls.clear();
+    view.set("a", "1");
+    assert!(s.poll_response(&view, &mut n).is_none(), "the same version: nothing to send");
+    let hb = s.poll_heartbeat(&mut n).expect("the client still holds `a` with a TTL");
+    assert!(hb.heartbeat);
+}
