@@ -6,11 +6,9 @@ mod util;
 
 use std::time::Duration;
 
-use tonic::transport::Endpoint;
 use xds_cache::{LinearCache, MuxCache};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_server::{ServerConfig, XdsServer};
 
 use util::*;
@@ -103,21 +101,7 @@ async fn a_client_that_stops_reading_holds_the_gate_only_until_the_timeout() {
     let (cache, _, _) = caches(200, 10_000);
     let t = gated(cache, Duration::from_secs(1)).await;
 
-    let channel = Endpoint::from_shared(format!("http://{}", t.addr))
-        .expect("endpoint")
-        .initial_stream_window_size(65_535)
-        .initial_connection_window_size(65_535)
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = AggregatedDiscoveryServiceClient::new(channel);
-    let mut stuck =
-        Sotw::open(
-            Some(node("stuck")),
-            |r| async move { client.stream_aggregated_resources(r).await },
-        )
-        .await
-        .expect("open");
+    let mut stuck = Sotw::ads_small_windows(&t, "stuck").await;
     stuck.subscribe(CDS, &[], None).await;
     eventually("the stuck client's first response", || was_sent(&t, "stuck", CDS)).await;
 

@@ -6,11 +6,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tonic::transport::Endpoint;
 use xds_cache::LinearCache;
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 
 use util::*;
 
@@ -66,21 +64,7 @@ async fn scenario(how: Stuck) -> Outcome {
     }
     let t = serve(clusters.clone()).await;
 
-    let channel = Endpoint::from_shared(format!("http://{}", t.addr))
-        .expect("endpoint")
-        .initial_stream_window_size(65_535)
-        .initial_connection_window_size(65_535)
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = AggregatedDiscoveryServiceClient::new(channel);
-    let mut stuck =
-        Sotw::open(
-            Some(node("stuck")),
-            |r| async move { client.stream_aggregated_resources(r).await },
-        )
-        .await
-        .expect("open");
+    let mut stuck = Sotw::ads_small_windows(&t, "stuck").await;
     stuck.subscribe(CDS, &[], None).await;
     eventually("the stuck client's first response", || {
         type_status(&t.server, "stuck", CDS).is_some_and(|s| s.sent_nonce.is_some())

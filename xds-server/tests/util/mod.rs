@@ -208,6 +208,26 @@ impl Sotw {
         .expect("open ADS")
     }
 
+    /// A `StreamAggregatedResources` stream for `node_id` on its own connection with the
+    /// smallest HTTP/2 windows (64 KiB): a client that does not read blocks the server's writes to
+    /// it after that much.
+    pub async fn ads_small_windows(server: &TestServer, node_id: &str) -> Sotw {
+        let channel = Endpoint::from_shared(format!("http://{}", server.addr))
+            .expect("endpoint")
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .connect()
+            .await
+            .expect("connect");
+        let mut client = AggregatedDiscoveryServiceClient::new(channel);
+        Sotw::open(
+            Some(node(node_id)),
+            |r| async move { client.stream_aggregated_resources(r).await },
+        )
+        .await
+        .expect("open ADS")
+    }
+
     /// A `StreamClusters` stream for `node_id`.
     pub async fn clusters(server: &TestServer, node_id: &str) -> Sotw {
         let mut client = server.cds().await;
