@@ -160,9 +160,14 @@ pub async fn run(o: Options) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let storm_traffic = tracker.traffic();
-    let mut ready_times: Vec<u32> =
-        tracker.ready_times().into_iter().map(|t| u32::try_from(t).unwrap_or(u32::MAX)).collect();
-    ready_times.sort_unstable();
+    let sorted = |times: Vec<u64>| {
+        let mut times: Vec<u32> =
+            times.into_iter().map(|t| u32::try_from(t).unwrap_or(u32::MAX)).collect();
+        times.sort_unstable();
+        times
+    };
+    let ready_times = sorted(tracker.ready_times());
+    let first_cds = sorted(tracker.first_cds_times());
     let restart = match o.restart_wait {
         Some(wait) if storm_ok => Some(checks::restart(&tracker, wait).await),
         _ => None,
@@ -233,6 +238,13 @@ pub async fn run(o: Options) -> bool {
         f64::from(percentile(&ready_times, 99.0)) / 1e6,
         storm_traffic.0,
         mib(storm_traffic.1 / 1024),
+    );
+    let _ = writeln!(
+        out,
+        "storm: first Cluster response p50 {:.2} s, p99 {:.2} s ({} clients)",
+        f64::from(percentile(&first_cds, 50.0)) / 1e6,
+        f64::from(percentile(&first_cds, 99.0)) / 1e6,
+        first_cds.len(),
     );
     let (failed_clients, errors) = tracker.failures();
     if failed_clients > 0 {

@@ -146,8 +146,10 @@ pub struct Tracker {
     /// The last `stuck` clients stop reading once they hold the initial configuration.
     stuck: usize,
     ready: AtomicUsize,
-    /// Per client: microseconds from the start until it held everything, +1; 0 for not yet.
-    ready_at: Box<[AtomicU64]>,
+    /// When each client held everything.
+    ready_at: FirstTimes,
+    /// When each client got its first Cluster response (with the join gate, when its turn came).
+    first_cds_at: FirstTimes,
     clusters: AtomicUsize,
     failed: AtomicUsize,
     errors: Mutex<Vec<String>>,
@@ -159,6 +161,28 @@ pub struct Tracker {
     reconnects: AtomicU64,
     /// Resources received after a reconnection that the client already held at that version.
     resent: AtomicU64,
+}
+
+/// Per client, the first time something happened: microseconds from the start, +1 (0: not yet).
+#[derive(Debug)]
+struct FirstTimes(Box<[AtomicU64]>);
+
+impl FirstTimes {
+    fn new(clients: usize) -> Self {
+        FirstTimes((0..clients).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Records `now_us` for `client` unless a time is recorded already; whether it was first.
+    fn record(&self, client: usize, now_us: u64) -> bool {
+        self.0
+            .get(client)
+            .is_some_and(|t| t.compare_exchange(0, now_us + 1, SeqCst, SeqCst).is_ok())
+    }
+
+    /// The recorded times, in client order.
+    fn times(&self) -> Vec<u64> {
+        self.0.iter().map(|t| t.load(SeqCst)).filter(|&t| t > 0).map(|t| t - 1).collect()
+    }
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -174,7 +198,8 @@ impl Tracker {
             clients,
             stuck: stuck.min(clients),
             ready: AtomicUsize::new(0),
-            ready_at: (0..clients).map(|_| AtomicU64::new(0)).collect(),
+            ready_at: FirstTimes::new(clients),
+            first_cds_at: FirstTimes::new(clients),
             clusters: AtomicUsize::new(0),
             failed: AtomicUsize::new(0),
             errors: Mutex::new(Vec::new()),
@@ -261,9 +286,19 @@ impl Tracker {
     /// A client now holds every cluster and every subscribed ClusterLoadAssignment.
     pub fn client_ready(&self, client: usize, clusters: usize) {
         self.clusters.fetch_max(clusters, SeqCst);
-        if self.ready_at[client].compare_exchange(0, self.now_us() + 1, SeqCst, SeqCst).is_ok() {
+        if self.ready_at.record(client, self.now_us()) {
             self.ready.fetch_add(1, SeqCst);
         }
+    }
+
+    /// A client got a Cluster response; only its first counts.
+    pub fn cds_received(&self, client: usize) {
+        self.first_cds_at.record(client, self.now_us());
+    }
+
+    /// When each client got its first Cluster response, in microseconds since the start.
+    pub fn first_cds_times(&self) -> Vec<u64> {
+        self.first_cds_at.times()
     }
 
     /// How many clients hold everything.
@@ -273,7 +308,7 @@ impl Tracker {
 
     /// When each ready client got ready, in microseconds since the start.
     pub fn ready_times(&self) -> Vec<u64> {
-        self.ready_at.iter().map(|t| t.load(SeqCst)).filter(|&t| t > 0).map(|t| t - 1).collect()
+        self.ready_at.times()
     }
 
     /// The most clusters a client reported.

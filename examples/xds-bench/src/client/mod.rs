@@ -238,6 +238,7 @@ impl<'a> Client<'a> {
         let header = proto::header(message)?;
         let (version, nonce) = (header.version, header.nonce);
         if header.type_url == self.cds.as_str().as_bytes() {
+            self.tracker.cds_received(self.id);
             match self.config.mode {
                 Mode::Sotw => self.sotw_clusters(message, version)?,
                 Mode::Delta => self.delta_clusters(message)?,
