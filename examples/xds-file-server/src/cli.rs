@@ -116,6 +116,13 @@ pub struct Args {
     /// Requests per second one stream may send on average (`RESOURCE_EXHAUSTED` beyond).
     #[arg(long, default_value_t = Limits::default().max_requests_per_second)]
     pub max_requests_per_second: u32,
+    /// Streams that may join at once (receive their first configuration) in a reconnection
+    /// storm; the others wait their turn in arrival order (0: no gate). Default: twice the cores.
+    #[arg(long)]
+    pub join_permits: Option<usize>,
+    /// Seconds a joining stream may keep its turn (a client that stops reading gives it up then).
+    #[arg(long, default_value_t = 5)]
+    pub join_timeout_s: u64,
     /// `control_plane.identifier` on every response, so a proxy's config dump shows which
     /// replica answered (rule C5). Default: this host's name and the gRPC port (`host:18000`).
     #[arg(long)]
@@ -204,4 +211,19 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log pipelines.
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_gate_flags_default_to_the_librarys_gate_and_can_turn_it_off() {
+        let args = Args::try_parse_from(["xds-file-server"]).expect("defaults parse");
+        assert_eq!((args.join_permits, args.join_timeout_s), (None, 5));
+        let args = Args::try_parse_from(["xds-file-server", "--join-permits", "0"])
+            .expect("a gate of 0 parses");
+        assert_eq!(args.join_permits, Some(0));
+        assert!(Args::try_parse_from(["xds-file-server", "--join-permits", "-1"]).is_err());
+    }
 }

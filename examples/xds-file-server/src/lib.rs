@@ -105,13 +105,16 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_requests_per_second: args.max_requests_per_second,
         ..Limits::default()
     };
+    let defaults = ServerConfig::default();
     let mut builder = XdsServer::builder(cache.clone()).config(ServerConfig {
         allow_anonymous: args.allow_anonymous,
         control_plane_id: Some(
             args.control_plane_id.clone().unwrap_or_else(|| etcd::default_id(args.grpc_addr)),
         ),
         limits,
-        ..Default::default()
+        join_permits: args.join_permits.unwrap_or(defaults.join_permits),
+        join_timeout: Duration::from_secs(args.join_timeout_s),
+        ..defaults
     });
     if args.verify_node_id {
         let mut policy =
@@ -257,8 +260,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     // HTTP/2 windows and frame size stay hyper's (1 MiB stream and connection windows): they
     // bound what a client sends, which `max_request_bytes` bounds anyway; what the server sends
-    // is paced by the client's windows (docs/benchmarks.md, "Write path and join gate"). The
-    // join gate (`ServerConfig::join_permits`) keeps its default: twice the cores.
+    // is paced by the client's windows (docs/benchmarks.md, "Write path and join gate").
     let grpc = tonic::transport::Server::builder()
         .http2_keepalive_interval(
             Some(Duration::from_secs(args.keepalive_interval_s)).filter(|d| !d.is_zero()),
