@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf, BytesMut};
+use bytes::{BufMut, BytesMut};
 use http_body::Body;
 use tonic::Status;
 
@@ -59,13 +59,8 @@ impl<T: prost::Message + Default> Requests<T> {
             match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     // Trailers (a client may send them) carry nothing for us.
-                    if let Ok(mut data) = frame.into_data() {
-                        while data.has_remaining() {
-                            let chunk = data.chunk();
-                            self.buf.extend_from_slice(chunk);
-                            let n = chunk.len();
-                            data.advance(n);
-                        }
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.put(data);
                     }
                 }
                 Some(Err(e)) => return Poll::Ready(Err(Status::from_error(e.into()))),
