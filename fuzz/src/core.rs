@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use xds_core::{
-    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, Nonces, RequestKind,
-    SotwRequest, SotwResponse, SotwSubStream, Subscription, TypeTraits, View, WILDCARD,
+    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, NamesDigest, Nonces, RequestKind,
+    SotwNames, SotwRequest, SotwResponse, SotwSubStream, Subscription, TypeTraits, View, WILDCARD,
 };
 
 use crate::model::{MemView, POOL, Res};
@@ -270,9 +270,41 @@ impl SotwRun {
         let before = self.s.clone();
         let nonce = req.response_nonce.clone();
         let nack = req.error_detail.is_some();
-        let (version, wanted) = (req.version_info.clone(), req.resource_names.clone());
+        let version = req.version_info.clone();
+        let wanted = match &req.resource_names {
+            SotwNames::Listed(names) => names.clone(),
+            SotwNames::Repeated => self.names.clone(),
+        };
         trace!("  request {req:?}");
+        // A list the sub-stream recognises as its last one, passed as `Repeated` instead, must
+        // come out exactly the same (rule S9: the same set is no change).
+        let repeated = match &req.resource_names {
+            SotwNames::Listed(names) => {
+                let digest = NamesDigest::of(names.iter().map(String::as_str));
+                self.s.repeats_names(&digest).then(|| {
+                    let mut twin = self.s.clone();
+                    let h = twin.handle_request(SotwRequest {
+                        resource_names: SotwNames::Repeated,
+                        ..req.clone()
+                    });
+                    (twin, h)
+                })
+            }
+            SotwNames::Repeated => None,
+        };
         let h = self.s.handle_request(req);
+        if let Some((twin, twin_handled)) = repeated {
+            assert_eq!(h, twin_handled, "rule S9: a repeated list handled differently");
+            assert_eq!(twin.subscription(), self.s.subscription());
+            let (mut n1, mut n2) = (Nonces::new(), Nonces::new());
+            let mut view = self.view.clone();
+            view.not_ready = false;
+            assert_eq!(
+                twin.clone().poll_response(&view, &mut n1),
+                self.s.clone().poll_response(&view, &mut n2),
+                "rule S9: a repeated list changed what is owed"
+            );
+        }
         trace!("  -> {h:?}; subscription {:?}", self.s.subscription());
         self.c.answered(&h.kind, self.first, &nonce, nack, true);
         if self.first && !version.is_empty() {
@@ -307,7 +339,7 @@ impl SotwRun {
         }
         self.request(SotwRequest {
             version_info: self.acked.clone(),
-            resource_names: self.names.clone(),
+            resource_names: self.names.clone().into(),
             response_nonce: r.nonce,
             error_detail: nack.then(|| ErrorDetail { code: 3, message: "rejected".into() }),
         });
@@ -357,7 +389,7 @@ pub(crate) fn sotw(data: &[u8]) {
                 };
                 run.request(SotwRequest {
                     version_info: version,
-                    resource_names: texts(&names),
+                    resource_names: texts(&names).into(),
                     response_nonce: run.c.nonce(&nonce),
                     error_detail: nack_detail(&nack),
                 });
@@ -366,7 +398,7 @@ pub(crate) fn sotw(data: &[u8]) {
                 // A subscription change that names the latest nonce and repeats the version.
                 run.request(SotwRequest {
                     version_info: run.acked.clone(),
-                    resource_names: texts(&subscribe),
+                    resource_names: texts(&subscribe).into(),
                     response_nonce: run.c.nonce(&NonceChoice::Latest),
                     error_detail: None,
                 });

@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 mod delta;
+mod digest;
 mod flow;
 mod held;
 mod message;
@@ -56,9 +57,10 @@ mod substream;
 mod tracker;
 pub mod xdstp;
 
+pub use digest::NamesDigest;
 pub use message::{
-    DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwRequest,
-    SotwResponse,
+    DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwNames,
+    SotwRequest, SotwResponse,
 };
 pub use naming::{RESOURCE_ERRORS_CLIENT_FEATURES, ResourceError, code};
 pub use nonce::Nonces;

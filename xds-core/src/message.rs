@@ -17,12 +17,40 @@ pub struct ErrorDetail {
 pub struct SotwRequest {
     /// The version the client holds (`version_info`).
     pub version_info: String,
-    /// The full desired set of names (rule S9).
-    pub resource_names: Vec<String>,
+    /// The full desired set of names (rule S9), or that it is the same as last time.
+    pub resource_names: SotwNames,
     /// The nonce of the response this request answers; empty on the first request.
     pub response_nonce: String,
     /// Set when the client rejected the response (a NACK, rule S5).
     pub error_detail: Option<ErrorDetail>,
+}
+
+/// The names of a SotW request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SotwNames {
+    /// The request's list, as the client sent it. The sub-stream digests it with
+    /// [`NamesDigest::of`](crate::NamesDigest::of), for [`Repeated`](Self::Repeated) next time.
+    Listed(Vec<String>),
+    /// The request's list with the caller's own digest of it (the server's is
+    /// [`NamesDigest::of_encoded`](crate::NamesDigest::of_encoded), from the request's bytes),
+    /// which the sub-stream keeps for [`Repeated`](Self::Repeated) next time.
+    Digested(Vec<String>, crate::NamesDigest),
+    /// The same list as the last request the sub-stream took in, recognised by its digest
+    /// without being decoded ([`Stream::repeats_names`](crate::Stream::repeats_names)): what
+    /// every ACK sends. On a sub-stream that took no list yet it stands for the empty list.
+    Repeated,
+}
+
+impl Default for SotwNames {
+    fn default() -> Self {
+        SotwNames::Listed(Vec::new())
+    }
+}
+
+impl From<Vec<String>> for SotwNames {
+    fn from(names: Vec<String>) -> Self {
+        SotwNames::Listed(names)
+    }
 }
 
 /// One delta request for one sub-stream (`DeltaDiscoveryRequest` without `node` and `type_url`).

@@ -1,6 +1,7 @@
 //! The state-of-the-world (SotW) variant: what a SotW request means and how its responses look.
 
-use crate::message::{Handled, RequestKind, SotwRequest, SotwResponse};
+use crate::digest::NamesDigest;
+use crate::message::{Handled, RequestKind, SotwNames, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
@@ -35,8 +36,28 @@ impl Protocol for Sotw {
             _ => {}
         }
         let first = kind == RequestKind::Initial;
+        let names = match request.resource_names {
+            SotwNames::Listed(names) => {
+                sub.listed = Some(NamesDigest::of(&names));
+                names
+            }
+            SotwNames::Digested(names, digest) => {
+                sub.listed = Some(digest);
+                names
+            }
+            // The list taken in last time, taken in again: the subscription, the refused names
+            // and the client's spellings would come out as they are (every step below is
+            // idempotent), so there is nothing to do.
+            SotwNames::Repeated if sub.listed.is_some() => {
+                return Handled { kind, subscribed: Vec::new(), unsubscribed: Vec::new() };
+            }
+            SotwNames::Repeated => {
+                sub.listed = Some(NamesDigest::default());
+                Vec::new()
+            }
+        };
         // Rule C1: every name is normalized once, here; refused names go no further.
-        let names = sub.naming.admit_sotw(request.resource_names);
+        let names = sub.naming.admit_sotw(names);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
         if change.wildcard_joined() {
             sub.tracker.synced = None;

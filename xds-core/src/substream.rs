@@ -7,6 +7,7 @@
 
 use std::marker::PhantomData;
 
+use crate::digest::NamesDigest;
 use crate::flow::{Flow, Phase};
 use crate::message::Handled;
 use crate::naming::Naming;
@@ -124,6 +125,9 @@ pub struct SubStream<P, R> {
     pub(crate) acked_version: Option<String>,
     /// The version of the latest response sent.
     pub(crate) last_sent_version: Option<String>,
+    /// SotW: the digest of the last name list taken in, which a request may repeat without
+    /// listing it again ([`SotwNames::Repeated`](crate::SotwNames::Repeated)).
+    pub(crate) listed: Option<NamesDigest>,
     /// Rules C1, C4: names normalized on the way in, resource errors on the way out.
     pub(crate) naming: Naming,
     variant: PhantomData<fn() -> P>,
@@ -141,6 +145,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             reconnect_version: None,
             acked_version: None,
             last_sent_version: None,
+            listed: None,
             naming: Naming::default(),
             variant: PhantomData,
         }
@@ -301,6 +306,14 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// The traits of the sub-stream's type.
     pub fn traits(&self) -> TypeTraits {
         self.traits
+    }
+}
+
+impl<R: Resource> SubStream<Sotw, R> {
+    /// Whether a list with `digest` repeats the last one this sub-stream took in: a request that
+    /// carries it may pass [`SotwNames::Repeated`](crate::SotwNames::Repeated) instead.
+    pub fn repeats_names(&self, digest: &NamesDigest) -> bool {
+        self.listed.as_ref() == Some(digest)
     }
 }
 

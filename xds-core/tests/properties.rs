@@ -96,6 +96,16 @@ fn expected(view: &MemView, sub: &xds_core::Subscription) -> BTreeMap<String, St
         .collect()
 }
 
+/// A SotW list as the server passes it: `Repeated` when the sub-stream recognises it as its last
+/// one (rule S9: the same set again), else the names.
+fn as_server_sends(s: &SotwSubStream<Res>, names: &[String]) -> xds_core::SotwNames {
+    if s.repeats_names(&xds_core::NamesDigest::of(names)) {
+        xds_core::SotwNames::Repeated
+    } else {
+        names.to_vec().into()
+    }
+}
+
 proptest! {
     // 256 cases by default; PROPTEST_CASES=100000 for a longer search.
 
@@ -175,7 +185,7 @@ proptest! {
             match op {
                 Op::Subscribe(idx, w) => {
                     names = pick(&idx, w);
-                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone(), response_nonce: s.last_nonce().unwrap_or_default().to_owned(), error_detail: None });
+                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone().into(), response_nonce: s.last_nonce().unwrap_or_default().to_owned(), error_detail: None });
                     let sub = s.subscription().clone();
                     client.retain(|name: &String, _| sub.is_wildcard() || sub.has_name(name));
                 }
@@ -184,7 +194,9 @@ proptest! {
                 Op::Delete(i) => view.delete(POOL[i]),
                 Op::Answer => if let Some(r) = last.take() {
                     acked = r.version_info.clone();
-                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone(), response_nonce: nonce(&Some(r)), error_detail: None });
+                    // As the server does: a list the sub-stream recognises goes as `Repeated`.
+                    let resource_names = as_server_sends(&s, &names);
+                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: nonce(&Some(r)), error_detail: None });
                     prop_assert!(matches!(h.kind, RequestKind::Ack { .. }), "expected an ACK");
                 },
                 Op::Stale => {
@@ -213,7 +225,8 @@ proptest! {
         for _ in 0..4 {
             if let Some(r) = last.take() {
                 acked = r.version_info.clone();
-                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone(), response_nonce: r.nonce.clone(), error_detail: None });
+                let resource_names = as_server_sends(&s, &names);
+                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: r.nonce.clone(), error_detail: None });
             }
             if let Some(r) = s.poll_response(&view, &mut n) {
                 apply_sotw(&mut client, &r, t.full_state);

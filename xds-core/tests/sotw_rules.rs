@@ -3,7 +3,7 @@
 mod util;
 
 use util::*;
-use xds_core::{RequestKind, SotwSubStream, View, Wildcard};
+use xds_core::{NamesDigest, RequestKind, SotwNames, SotwRequest, SotwSubStream, View, Wildcard};
 
 #[test]
 fn s01_sub_streams_are_independent() {
@@ -140,6 +140,41 @@ fn s09_only_requested_resources_that_exist_are_sent() {
     let _ = s.handle_request(sotw(&[], &r.version_info, &r.nonce));
     assert!(s.subscription().is_empty());
     assert!(s.poll_response(&view, &mut n).is_none());
+}
+
+#[test]
+fn s09_a_list_repeated_by_digest_is_taken_as_the_same_set() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1"), ("c", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let digest = |list: &[&str]| NamesDigest::of(list.iter().copied());
+    assert!(!s.repeats_names(&digest(&[])), "no list taken in yet");
+    let _ = s.handle_request(sotw(&["a", "b"], "", ""));
+    // The same names in any order repeat the list; another set, or a duplicate, does not.
+    assert!(s.repeats_names(&digest(&["b", "a"])));
+    assert!(!s.repeats_names(&digest(&["a"])));
+    assert!(!s.repeats_names(&digest(&["a", "b", "b"])));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    // An ACK passing `Repeated` is an ACK that changes nothing.
+    let repeated = |version: &str, nonce: &str| SotwRequest {
+        resource_names: SotwNames::Repeated,
+        ..sotw(&[], version, nonce)
+    };
+    let h = s.handle_request(repeated(&r.version_info, &r.nonce));
+    assert!(matches!(h.kind, RequestKind::Ack { .. }));
+    assert!(!h.subscription_changed());
+    assert_eq!(s.subscription().names().len(), 2);
+    assert!(s.poll_response(&view, &mut n).is_none());
+    // A changed list is listed, and the repeat check follows it.
+    let h = s.handle_request(sotw(&["c"], &r.version_info, &r.nonce));
+    assert_eq!(h.unsubscribed, names(&["a", "b"]));
+    assert!(s.repeats_names(&digest(&["c"])));
+    assert!(!s.repeats_names(&digest(&["a", "b"])));
+    let r2 = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r2), names(&["c"]));
+    // A stale request takes nothing in: its list is not the one to repeat.
+    let _ = s.handle_request(sotw(&["a"], "", "stale-nonce"));
+    assert!(s.repeats_names(&digest(&["c"])));
 }
 
 #[test]

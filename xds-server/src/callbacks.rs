@@ -75,6 +75,16 @@ pub trait Callbacks: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether [`on_request`](Callbacks::on_request) must see the names of a SotW request that
+    /// repeats its stream's last list for the type (every ACK does). By default it does not:
+    /// such a request comes as [`XdsRequest::SotwRepeated`] with its names left undecoded, since
+    /// decoding 10,000 names from every proxy after every update only to find them unchanged
+    /// was most of the server's work per update. The list was seen, and let through, when it
+    /// last changed.
+    fn wants_repeated_names(&self) -> bool {
+        false
+    }
+
     /// A response was sent.
     fn on_response(
         &self,
@@ -120,16 +130,21 @@ pub trait Callbacks: Send + Sync + 'static {
 pub enum XdsRequest<'a> {
     /// A state-of-the-world request.
     Sotw(&'a DiscoveryRequest),
+    /// A state-of-the-world request whose names repeat the stream's last list for the type
+    /// (every ACK does): its `resource_names` were not decoded and are empty here (see
+    /// [`Callbacks::wants_repeated_names`]).
+    SotwRepeated(&'a DiscoveryRequest),
     /// An incremental (delta) request.
     Delta(&'a DeltaDiscoveryRequest),
 }
 
 impl XdsRequest<'_> {
     /// The names the request asks for: `resource_names` (SotW, the whole desired set) or
-    /// `resource_names_subscribe` (delta, the names added).
+    /// `resource_names_subscribe` (delta, the names added). Empty for
+    /// [`SotwRepeated`](XdsRequest::SotwRepeated).
     pub fn names(&self) -> &[String] {
         match self {
-            XdsRequest::Sotw(r) => &r.resource_names,
+            XdsRequest::Sotw(r) | XdsRequest::SotwRepeated(r) => &r.resource_names,
             XdsRequest::Delta(r) => &r.resource_names_subscribe,
         }
     }
@@ -137,7 +152,7 @@ impl XdsRequest<'_> {
     /// The nonce of the response the request answers (empty on a first or spontaneous request).
     pub fn response_nonce(&self) -> &str {
         match self {
-            XdsRequest::Sotw(r) => &r.response_nonce,
+            XdsRequest::Sotw(r) | XdsRequest::SotwRepeated(r) => &r.response_nonce,
             XdsRequest::Delta(r) => &r.response_nonce,
         }
     }
@@ -145,7 +160,7 @@ impl XdsRequest<'_> {
     /// Whether the request rejects the response it answers (a NACK, rules S5 and D1).
     pub fn is_nack(&self) -> bool {
         match self {
-            XdsRequest::Sotw(r) => r.error_detail.is_some(),
+            XdsRequest::Sotw(r) | XdsRequest::SotwRepeated(r) => r.error_detail.is_some(),
             XdsRequest::Delta(r) => r.error_detail.is_some(),
         }
     }

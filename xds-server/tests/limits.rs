@@ -168,6 +168,46 @@ async fn a_compressed_request_stream_is_unimplemented_with_the_reason() {
     assert!(body.is_empty());
 }
 
+/// A SotW request whose names are read lazily (digested first, decoded only when they changed)
+/// is still refused when a name is not UTF-8: INVALID_ARGUMENT saying why, as prost's decoding
+/// refused it before.
+#[tokio::test]
+async fn a_sotw_name_that_is_not_utf8_is_invalid_argument() {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    use tower::ServiceExt;
+
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let server = XdsServer::new(cache);
+    let mut message = DiscoveryRequest {
+        node: Some(node("n1")),
+        type_url: url(EDS),
+        resource_names: names(&["a"]),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // One more name: the bytes C3 28 are not UTF-8.
+    message.extend([0x1a, 2, 0xc3, 0x28]);
+    let mut frame = vec![0];
+    frame.extend((message.len() as u32).to_be_bytes());
+    frame.extend(message);
+    let request = http::Request::post(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    )
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(axum::body::Body::from(frame))
+    .unwrap();
+    let response =
+        server.routes().into_axum_router().oneshot(request).await.expect("routing is infallible");
+    let trailers = response.into_body().collect().await.unwrap().trailers().cloned();
+    let trailers = trailers.expect("the stream ends with a status");
+    assert_eq!(trailers["grpc-status"], "3", "INVALID_ARGUMENT");
+    let message = trailers["grpc-message"].to_str().unwrap().to_owned();
+    assert!(message.contains("malformed") && message.contains("UTF-8"), "{message}");
+}
+
 #[tokio::test]
 async fn delta_subscriptions_past_max_subscribed_names_are_resource_exhausted() {
     let cache = SnapshotCache::by_node_id();

@@ -2,13 +2,15 @@
 
 mod util;
 
-use tonic::Code;
+use std::sync::{Arc, Mutex};
+
+use tonic::{Code, Status};
 use xds_cache::{LinearCache, MuxCache, SnapshotCache};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::route::v3::RouteConfiguration;
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ResourceType, TypeUrl};
-use xds_server::{ServerConfig, XdsServer};
+use xds_server::{Callbacks, ServerConfig, StreamInfo, XdsRequest, XdsServer};
 
 use util::*;
 
@@ -390,6 +392,71 @@ async fn s08_a_newer_request_replaces_the_subscription() {
     ads.expect_quiet().await;
     cache.set_snapshot("n1", snapshot![cla("a", 2), cla("b", 2)]);
     assert_eq!(sotw_names(&ads.recv_type(EDS).await), ["b"]);
+}
+
+/// What `on_request` saw of one request: whether it came as a repeat, and its names.
+type Seen = (bool, Vec<String>);
+
+/// Records what `on_request` saw.
+struct SeenRequests {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    wants_repeated_names: bool,
+}
+
+impl Callbacks for SeenRequests {
+    fn on_request(&self, _: &StreamInfo, _: &TypeUrl, r: XdsRequest<'_>) -> Result<(), Status> {
+        let repeated = matches!(r, XdsRequest::SotwRepeated(_));
+        self.seen.lock().expect("lock").push((repeated, r.names().to_vec()));
+        Ok(())
+    }
+
+    fn wants_repeated_names(&self) -> bool {
+        self.wants_repeated_names
+    }
+}
+
+// rule S9
+#[tokio::test]
+async fn s09_a_repeated_list_is_recognised_undecoded_and_a_changed_one_is_applied() {
+    for wants_repeated_names in [false, true] {
+        let cache = SnapshotCache::by_node_id();
+        cache.set_snapshot("n1", snapshot![cla("a", 1), cla("b", 1), cla("c", 1)]);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let callbacks = SeenRequests { seen: seen.clone(), wants_repeated_names };
+        let t = start(XdsServer::builder(cache.clone()).callbacks(callbacks).build()).await;
+        let mut ads = Sotw::ads(&t, "n1").await;
+        ads.subscribe(EDS, &["a", "b"], None).await;
+        let r1 = ads.recv_type(EDS).await;
+        // The ACK repeats the list byte for byte: recognised undecoded. The same names in
+        // another order are decoded, and found to be the same set: nothing is sent.
+        ads.ack(&r1).await;
+        ads.subscribe(EDS, &["b", "a"], Some(&r1)).await;
+        ads.expect_quiet().await;
+        cache.set_snapshot("n1", snapshot![cla("a", 2), cla("b", 1), cla("c", 1)]);
+        let r2 = ads.recv_type(EDS).await;
+        assert_eq!(sotw_names(&r2), ["a"]);
+        ads.ack(&r2).await;
+        // A changed list (one name fewer, one more) is decoded and applied.
+        ads.subscribe(EDS, &["a", "c"], Some(&r2)).await;
+        assert_eq!(sotw_names(&ads.recv_type(EDS).await), ["c"]);
+        cache.set_snapshot("n1", snapshot![cla("a", 2), cla("b", 2), cla("c", 1)]);
+        ads.expect_quiet().await;
+
+        let seen = seen.lock().expect("lock").clone();
+        let (ab, ba) = (names(&["a", "b"]), names(&["b", "a"]));
+        let repeat = |list: &Vec<String>| match wants_repeated_names {
+            true => (false, list.clone()),
+            false => (true, Vec::new()),
+        };
+        let expected = [
+            (false, ab.clone()),
+            repeat(&ab),
+            (false, ba.clone()),
+            repeat(&ba),
+            (false, names(&["a", "c"])),
+        ];
+        assert_eq!(seen, expected, "wants_repeated_names: {wants_repeated_names}");
+    }
 }
 
 // rules S10, S9

@@ -211,7 +211,7 @@ impl SotwClient {
         self.names = names(names_);
         self.sub.handle_request(SotwRequest {
             version_info: version.into(),
-            resource_names: self.names.clone(),
+            resource_names: self.names.clone().into(),
             ..Default::default()
         })
     }
@@ -233,7 +233,7 @@ impl SotwClient {
     pub fn ack(&mut self, response: &SotwResponse<Res>) -> Handled {
         self.sub.handle_request(SotwRequest {
             version_info: response.version_info.clone(),
-            resource_names: self.names.clone(),
+            resource_names: self.names.clone().into(),
             response_nonce: response.nonce.clone(),
             error_detail: None,
         })

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 pub use guard::{StreamError, StreamGuard};
 
+use crate::digest::NamesDigest;
 use crate::message::{ErrorDetail, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
-use crate::substream::{Protocol, Response, SubStream};
+use crate::substream::{Protocol, Response, Sotw, SubStream};
 use rate::TokenBucket;
 
 /// What the whole stream needs to know about a resource type. The server implements it for its
@@ -220,6 +221,16 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     events: VecDeque<Event<K>>,
     /// Rule C4: the client reads `resource_errors` (it said so in its node's client features).
     resource_errors: bool,
+}
+
+impl<N, K: TypeKey, R: Resource> Stream<N, K, Sotw, R> {
+    /// Whether a SotW request of `type_key` whose names have `digest` repeats the list its
+    /// sub-stream last took in (every ACK does): then the request may carry
+    /// [`SotwNames::Repeated`](crate::SotwNames::Repeated) instead of its names, and the caller
+    /// need not decode them.
+    pub fn repeats_names(&self, type_key: &K, digest: &NamesDigest) -> bool {
+        self.subs.get(type_key).is_some_and(|slot| slot.sub.repeats_names(digest))
+    }
 }
 
 impl<N, K: std::fmt::Debug, P: Protocol, R: Resource> std::fmt::Debug for Stream<N, K, P, R> {

@@ -155,7 +155,7 @@ pub fn names(list: &[&str]) -> Vec<String> {
 pub fn sotw(names_: &[&str], version: &str, nonce: &str) -> SotwRequest {
     SotwRequest {
         version_info: version.into(),
-        resource_names: names(names_),
+        resource_names: names(names_).into(),
         response_nonce: nonce.into(),
         error_detail: None,
     }

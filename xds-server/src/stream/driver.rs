@@ -37,7 +37,7 @@ use xds_core::{self as proto, View};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
-use super::protocol::{Protocol, fill_status};
+use super::protocol::{CoreStream, Protocol, fill_status};
 use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
@@ -49,9 +49,6 @@ static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
 
 /// The response stream handed to tonic.
 pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
-
-/// The core's stream for protocol `P`.
-type CoreStream<P> = proto::Stream<Node, TypeUrl, <P as Protocol>::Core, EncodedResource>;
 
 /// A stream's protocol state, readable by status queries. Behind a mutex (uncontended: only this
 /// stream and status queries take it) so that status pages read what each client holds when
@@ -295,7 +292,7 @@ impl<P: Protocol> Driver<P> {
     /// refuse it, a new type gets its watch, and the core takes it in. No lock is held while
     /// user code (callbacks, policy, cache) runs.
     fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
-        let names = P::names(&request).len();
+        let names = P::name_count(&request);
         let (node, type_url) = P::header(&mut request);
         if let Some(Err(message)) = node.as_ref().map(|n| self.shared.config.limits.check_node(n)) {
             self.shared.metrics.refused("invalid_request");
@@ -308,6 +305,10 @@ impl<P: Protocol> Driver<P> {
         if first {
             self.start()?;
         }
+        let wanted = self.shared.callbacks.wants_repeated_names();
+        P::read_names(&mut request, &lock(&self.core.0), &type_url, wanted).map_err(|e| {
+            self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
+        })?;
         if let Err(status) =
             self.shared.callbacks.on_request(&self.info, &type_url, P::for_callbacks(&request))
         {

@@ -2,19 +2,20 @@
 //! type for both variants, and the whole stream above them) is `xds_core`'s.
 
 use xds_cache::Variant;
-use xds_core::{DeltaRequest, ErrorDetail, SotwRequest, SubStream};
+use xds_core::{DeltaRequest, ErrorDetail, SotwNames, SotwRequest, SubStream};
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
+use crate::requests::{Incoming, Malformed, SotwIncoming};
 use crate::status::TypeStatus;
 use crate::wire::{DeltaWire, Framed, SotwWire};
 
 /// One protocol variant as the server speaks it: its wire messages and the core variant.
 pub(crate) trait Protocol: Send + 'static {
-    type Request: prost::Message + Default + Send + 'static;
+    type Request: Incoming + Send + 'static;
     type Wire: Framed;
     type Core: xds_core::Protocol;
     const VARIANT: Variant;
@@ -22,8 +23,17 @@ pub(crate) trait Protocol: Send + 'static {
 
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::Request) -> (Option<Node>, String);
-    /// The names a request carries (subscribed names for delta), for limits.
-    fn names(request: &Self::Request) -> &[String];
+    /// How many names a request carries (subscribed names for delta), for limits.
+    fn name_count(request: &Self::Request) -> usize;
+    /// Reads the request's names unless its sub-stream already has them: a SotW list that
+    /// repeats the sub-stream's last one in `core` is left undecoded, unless `wanted` (the
+    /// callbacks ask to see every list).
+    fn read_names(
+        request: &mut Self::Request,
+        core: &CoreStream<Self>,
+        type_url: &TypeUrl,
+        wanted: bool,
+    ) -> Result<(), Malformed>;
     /// The request as callbacks see it.
     fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
     /// The request as the core sees it.
@@ -40,34 +50,60 @@ fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
     status.map(|s| ErrorDetail { code: s.code, message: s.message })
 }
 
+/// The core's stream for protocol `P`.
+pub(crate) type CoreStream<P> =
+    xds_core::Stream<Node, TypeUrl, <P as Protocol>::Core, EncodedResource>;
+
 /// State of the world.
 pub(crate) struct Sotw;
 
 impl Protocol for Sotw {
-    type Request = DiscoveryRequest;
+    type Request = SotwIncoming;
     type Wire = SotwWire;
     type Core = xds_core::Sotw;
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
-    fn header(r: &mut DiscoveryRequest) -> (Option<Node>, String) {
-        (r.node.take(), std::mem::take(&mut r.type_url))
+    fn header(r: &mut SotwIncoming) -> (Option<Node>, String) {
+        (r.request.node.take(), std::mem::take(&mut r.request.type_url))
     }
 
-    fn names(request: &DiscoveryRequest) -> &[String] {
-        &request.resource_names
+    fn name_count(request: &SotwIncoming) -> usize {
+        request.digest.count()
     }
 
-    fn for_callbacks(request: &DiscoveryRequest) -> XdsRequest<'_> {
-        XdsRequest::Sotw(request)
+    fn read_names(
+        request: &mut SotwIncoming,
+        core: &CoreStream<Self>,
+        type_url: &TypeUrl,
+        wanted: bool,
+    ) -> Result<(), Malformed> {
+        request.repeated = core.repeats_names(type_url, &request.digest);
+        if wanted || !request.repeated {
+            request.request.resource_names = request.names()?;
+        }
+        Ok(())
     }
 
-    fn to_core(r: DiscoveryRequest) -> SotwRequest {
+    fn for_callbacks(request: &SotwIncoming) -> XdsRequest<'_> {
+        if request.repeated && request.request.resource_names.is_empty() {
+            XdsRequest::SotwRepeated(&request.request)
+        } else {
+            XdsRequest::Sotw(&request.request)
+        }
+    }
+
+    fn to_core(r: SotwIncoming) -> SotwRequest {
+        let resource_names = if r.repeated {
+            SotwNames::Repeated
+        } else {
+            SotwNames::Digested(r.request.resource_names, r.digest)
+        };
         SotwRequest {
-            version_info: r.version_info,
-            resource_names: r.resource_names,
-            response_nonce: r.response_nonce,
-            error_detail: error_detail(r.error_detail),
+            version_info: r.request.version_info,
+            resource_names,
+            response_nonce: r.request.response_nonce,
+            error_detail: error_detail(r.request.error_detail),
         }
     }
 
@@ -96,8 +132,18 @@ impl Protocol for Delta {
         (r.node.take(), std::mem::take(&mut r.type_url))
     }
 
-    fn names(request: &DeltaDiscoveryRequest) -> &[String] {
-        &request.resource_names_subscribe
+    fn name_count(request: &DeltaDiscoveryRequest) -> usize {
+        request.resource_names_subscribe.len()
+    }
+
+    fn read_names(
+        _: &mut DeltaDiscoveryRequest,
+        _: &CoreStream<Self>,
+        _: &TypeUrl,
+        _: bool,
+    ) -> Result<(), Malformed> {
+        // A delta request lists changes only: they are always read.
+        Ok(())
     }
 
     fn for_callbacks(request: &DeltaDiscoveryRequest) -> XdsRequest<'_> {
