@@ -13,6 +13,11 @@ Cluster and ClusterLoadAssignment from a YAML file that this script rewrites whi
   4. nack       a Cluster that gRPC rejects: /status shows the client's NACK, RPCs still reach B
   5. recovered  a valid Cluster again: the NACK clears, the client ACKs the version sent
   6. bad-config a YAML syntax error: /status shows config.error, serving goes on; then restored
+  7. federation a second target, ``xds://mesh.example/fed-service``, resolved through the bootstrap's
+                ``authorities`` (gRPC's xDS federation, proposal A47): every resource of it has an
+                ``xdstp://`` name, the Listener's context parameters in another order in the file
+                than in the client's template (rule C1: the same resource); RPCs reach backend A
+                while the first target keeps reaching B
 
 Usage: grpc_xds_test.py [SERVER_BINARY]   (default: <repo>/target/debug/xds-file-server)
 Prints one ``PASS step: ...`` / ``FAIL step: ...`` line per step and ends with
@@ -36,7 +41,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_URL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 NODE_ID = "interop-client"
-STEPS = ["started", "routed", "load", "updated", "nack", "recovered", "bad-config"]
+STEPS = ["started", "routed", "load", "updated", "nack", "recovered", "bad-config", "federation"]
 
 # How long each kind of wait may take, in seconds.
 HEALTHZ_WAIT = 20
@@ -51,6 +56,60 @@ LRS_INTERVAL_MS = 1000
 LOAD_RPCS = 20
 CLUSTER = "demo-cluster"
 LOCALITY = {"region": "local", "zone": "", "sub_zone": ""}
+# Federation (step 7): the authority of the xdstp:// names, and the client's listener name
+# template for it, with context parameters in sorted order (the file names them unsorted).
+AUTHORITY = "mesh.example"
+LISTENER_TEMPLATE = f"xdstp://{AUTHORITY}/envoy.config.listener.v3.Listener/%s?env=prod&zone=z1"
+
+
+def xdstp(type_name, name, params=""):
+    return f"xdstp://{AUTHORITY}/envoy.config.{type_name}/{name}{params}"
+
+
+def render_federated(backend_port):
+    """The resources of xds://mesh.example/fed-service, every one named xdstp://mesh.example/..."""
+    return f"""\
+  - "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+    # Context parameters out of order: whether the client sends them as its template has them
+    # or sorted, only the server's normalization (rule C1) makes them one name.
+    name: {xdstp("listener.v3.Listener", "fed-service", "?zone=z1&env=prod")}
+    api_listener:
+      api_listener:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        stat_prefix: fed
+        rds:
+          route_config_name: {xdstp("route.v3.RouteConfiguration", "fed-route")}
+          config_source: {{ ads: {{}}, resource_api_version: V3 }}
+        http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - "@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration
+    name: {xdstp("route.v3.RouteConfiguration", "fed-route")}
+    virtual_hosts:
+      - name: fed
+        domains: ["*"]
+        routes:
+          - match: {{ prefix: "" }}
+            route: {{ cluster: "{xdstp("cluster.v3.Cluster", "fed-cluster")}" }}
+  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+    name: {xdstp("cluster.v3.Cluster", "fed-cluster")}
+    type: EDS
+    connect_timeout: 1s
+    eds_cluster_config:
+      eds_config: {{ ads: {{}}, resource_api_version: V3 }}
+      # An EDS name must name its own type (rule C1): not the Cluster's name.
+      service_name: {xdstp("endpoint.v3.ClusterLoadAssignment", "fed-cluster")}
+  - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+    cluster_name: {xdstp("endpoint.v3.ClusterLoadAssignment", "fed-cluster")}
+    endpoints:
+      - locality: {{ region: local }}
+        load_balancing_weight: 1
+        lb_endpoints:
+          - endpoint:
+              address:
+                socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }}
+"""
 
 
 def free_port():
@@ -471,6 +530,40 @@ class Test:
         return f"invalid YAML reported ({error!r}) while RPCs kept reaching backend-B; restored, error cleared"
 
 
+    def step_federation(self):
+        write_atomically(self.config_path, render_config(self.port_b, connect_timeout="2s")
+                         + render_federated(self.port_a))
+        channel = self.grpc.insecure_channel(f"xds://{AUTHORITY}/fed-service",
+                                             options=[("grpc.enable_http_proxy", 0)])
+        try:
+            rpc = channel.unary_unary("/demo.Echo/Who")
+            deadline = time.monotonic() + FIRST_ROUTE_WAIT
+            tries, last = 0, None
+            while time.monotonic() < deadline:
+                self.check_server_alive()
+                tries += 1
+                try:
+                    got = rpc(b"", timeout=RPC_TIMEOUT).decode()
+                    if got == "backend-A":
+                        break
+                    last = f"reply {got!r}"
+                except self.grpc.RpcError as e:
+                    last = f"{e.code().name}: {e.details()}"
+                time.sleep(0.1)
+            else:
+                raise StepFailed(f"xds://{AUTHORITY}/fed-service reached no backend-A within "
+                                 f"{FIRST_ROUTE_WAIT}s ({tries} tries; last: {last})")
+            for i in range(STEADY_RPCS):
+                got = rpc(b"", timeout=RPC_TIMEOUT).decode()
+                if got != "backend-A":
+                    raise StepFailed(f"federated RPC {i + 1} reached {got}")
+        finally:
+            channel.close()
+        self.expect_steady("backend-B")
+        return (f"xds://{AUTHORITY}/fed-service (xdstp:// Listener, route, cluster and endpoints) "
+                f"reached backend-A after {tries} tries; xds:///demo-service still reaches backend-B")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("server", nargs="?", default=os.path.join(REPO, "target", "debug", "xds-file-server"),
@@ -492,6 +585,17 @@ def main():
             "server_features": ["xds_v3"],
         }],
         "node": {"id": NODE_ID, "cluster": "interop"},
+        # Federation (step 7): names under this authority come from the same server.
+        "authorities": {
+            AUTHORITY: {
+                "xds_servers": [{
+                    "server_uri": f"127.0.0.1:{grpc_port}",
+                    "channel_creds": [{"type": "insecure"}],
+                    "server_features": ["xds_v3"],
+                }],
+                "client_listener_resource_name_template": LISTENER_TEMPLATE,
+            },
+        },
     })
     # Everything is on loopback: grpc must not send the xDS or the data channel through a proxy
     # from the environment (its no_proxy matching sees `demo-service`, not 127.0.0.1).
