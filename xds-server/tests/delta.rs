@@ -387,6 +387,90 @@ async fn d10_vhds_over_delta_ads() {
     assert_eq!(delta_resource(&r, "rc/vh3").aliases, ["rc/nope.org"]);
 }
 
+// rules C3, D9, D10, D7: on-demand VHDS, as Envoy's `envoy.filters.http.on_demand` asks for
+// virtual hosts one host at a time, by alias and by name, on one delta stream.
+#[tokio::test]
+async fn c03_on_demand_vhds_by_alias_and_by_name_in_every_order() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", vhds_snapshot("1"));
+    let t = serve(cache.clone()).await;
+    let mut ads = Delta::ads(&t, "n1").await;
+    ads.subscribe(RDS, &["rc"], &[]).await;
+    let rds = ads.recv_type(RDS).await;
+    ads.ack(&rds).await;
+
+    // A host by alias, then the same virtual host by its name: both answered, the alias listed.
+    ads.subscribe(VHDS, &["rc/foo.com"], &[]).await;
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh1"]);
+    assert_eq!(delta_resource(&r, "rc/vh1").aliases, ["rc/foo.com"]);
+    ads.ack(&r).await;
+    ads.subscribe(VHDS, &["rc/vh1"], &[]).await;
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh1"]);
+    ads.ack(&r).await;
+    // The other way round: a name first, then an alias of it.
+    ads.subscribe(VHDS, &["rc/vh2"], &[]).await;
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh2"]);
+    ads.ack(&r).await;
+    ads.subscribe(VHDS, &["rc/www.bar.com"], &[]).await;
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh2"]);
+    assert_eq!(delta_resource(&r, "rc/vh2").aliases, ["rc/www.bar.com"]);
+    ads.ack(&r).await;
+
+    // Unsubscribing the alias of vh1 keeps vh1 (still wanted by name): a change reaches it.
+    ads.subscribe(VHDS, &[], &["rc/foo.com"]).await;
+    ads.expect_quiet().await;
+    let mut next = vhds_snapshot("1").to_builder();
+    next.add(&virtual_host("rc/vh1", &["foo.com", "foo.org"])).expect("encode");
+    cache.set_snapshot("n1", next.build());
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh1"]);
+    assert!(delta_resource(&r, "rc/vh1").aliases.is_empty(), "no alias asked for it any more");
+    ads.ack(&r).await;
+    // Unsubscribing vh2's name keeps vh2 (still wanted by alias); unsubscribing vh1's name
+    // leaves it unwanted: its next change is not sent, nor is it listed as removed.
+    ads.subscribe(VHDS, &[], &["rc/vh2", "rc/vh1"]).await;
+    ads.expect_quiet().await;
+    let mut next = vhds_snapshot("1").to_builder();
+    next.add(&virtual_host("rc/vh1", &["foo.com"])).expect("encode");
+    next.add(&virtual_host("rc/vh2", &["*.bar.com", "bar.com"])).expect("encode");
+    cache.set_snapshot("n1", next.build());
+    let r = ads.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh2"]);
+    assert_eq!(delta_resource(&r, "rc/vh2").aliases, ["rc/www.bar.com"]);
+    assert!(r.removed_resources.is_empty());
+    ads.ack(&r).await;
+    let vh2_version = delta_resource(&r, "rc/vh2").version.clone();
+
+    // Reconnect (rule D7): the client holds vh2 at its version and asks for it by name, and for
+    // a host it does not hold yet by alias. Only what it lacks is sent.
+    let mut again = Delta::ads(&t, "n1").await;
+    again.subscribe(RDS, &["rc"], &[]).await;
+    let rds = again.recv_type(RDS).await;
+    again.ack(&rds).await;
+    again
+        .send(DeltaDiscoveryRequest {
+            type_url: url(VHDS),
+            resource_names_subscribe: names(&["rc/vh2", "rc/foo.com"]),
+            initial_resource_versions: HashMap::from([("rc/vh2".to_owned(), vh2_version)]),
+            ..Default::default()
+        })
+        .await;
+    let r = again.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh1"]);
+    assert_eq!(delta_resource(&r, "rc/vh1").aliases, ["rc/foo.com"]);
+    again.ack(&r).await;
+    // An alias of a virtual host it holds is answered (rule D2: the alias was not declared
+    // held, and the answer is what maps the host to its virtual host).
+    again.subscribe(VHDS, &["rc/www.bar.com"], &[]).await;
+    let r = again.recv_type(VHDS).await;
+    assert_eq!(delta_names(&r), ["rc/vh2"]);
+    assert_eq!(delta_resource(&r, "rc/vh2").aliases, ["rc/www.bar.com"]);
+}
+
 // rule S2 (delta)
 #[tokio::test]
 async fn s02_delta_first_request_without_node_is_refused() {
