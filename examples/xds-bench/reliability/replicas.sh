@@ -11,7 +11,8 @@
 #
 # Env (defaults): CLIENTS (1000) CLUSTERS (1000) REPLICAS (3) UPDATES (20) INTERVAL_MS (200)
 # FAILOVER_WAIT_S (60) BASE_PORT (18220: replica i listens on BASE_PORT+3i .. +3i+2) ETCD_PORT
-# (18250, and +1 for its peer port), and those of lib.sh. Needs the `etcd` binary (Debian:
+# (18250, and +1 for its peer port), REPLICA_ARGS (more flags for every replica, e.g.
+# `--join-permits 0`), and those of lib.sh. Needs the `etcd` binary (Debian:
 # etcd-server). Quick: CLIENTS=30 CLUSTERS=100 UPDATES=5 bash examples/xds-bench/reliability/replicas.sh
 source "$(dirname "$0")/lib.sh"
 command -v etcd >/dev/null || { echo "replicas: no etcd binary (apt-get install -y etcd-server)" >&2; exit 1; }
@@ -130,7 +131,7 @@ for ((i = 0; i < REPLICAS; i++)); do
   g=$((BASE_PORT + 3 * i)) h=$((BASE_PORT + 3 * i + 1)) a=$((BASE_PORT + 3 * i + 2))
   log="$WORK/replica-$i.log"
   "$WORK/xds-file-server" --etcd "$ETCD_URL" --prefix "$PREFIX" --grpc-addr "127.0.0.1:$g" \
-    --http-addr "127.0.0.1:$h" --admin-addr "127.0.0.1:$a" --log warn >"$log" 2>&1 &
+    --http-addr "127.0.0.1:$h" --admin-addr "127.0.0.1:$a" --log warn ${REPLICA_ARGS:-} >"$log" 2>&1 &
   REPLICA_PIDS+=($!)
   servers+=("http://127.0.0.1:$g")
 done
