@@ -27,6 +27,8 @@ export PROFILE=debug BUILD=0 GRPC_PORT=18110 HTTP_PORT=18111
 CYCLES=200 WARMUP=100 MAX_RSS_GROWTH_PCT=50 timeout 120 bash examples/xds-bench/reliability/churn.sh
 CLIENTS=10 CLUSTERS=100 UPDATES=5 RESTART_WAIT_S=30 timeout 120 bash examples/xds-bench/reliability/restart.sh
 CLIENTS=10 STUCK=2 CLUSTERS=100 UPDATES=5 timeout 120 bash examples/xds-bench/reliability/stuck.sh
+# 3 replicas over a real etcd, one killed: its clients move and are resent nothing (~8 s).
+BASE_PORT=18120 ETCD_PORT=18150 CLIENTS=30 CLUSTERS=100 UPDATES=5 timeout 60 bash examples/xds-bench/reliability/replicas.sh
 unset PROFILE BUILD GRPC_PORT HTTP_PORT
 
 echo "== interop: Python grpcio xDS client through xds-file-server"

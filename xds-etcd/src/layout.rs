@@ -10,6 +10,11 @@
 //! contain `/`, as `xdstp://` names do: everything after the type's `/` is the name). The value is
 //! the resource as a protobuf `google.protobuf.Any`, or as proto3 JSON with an `"@type"` (what the
 //! file server's configuration lists); its type and name must match the key.
+//!
+//! A named group is also marked by a key of its own, `<prefix>/<group>` (no `/` after the group)
+//! with an empty value: that is how a group with no resources exists (its nodes are served
+//! nothing, not the default group). `publish` writes the marker of every named group it writes;
+//! a group named only by resource keys exists too.
 
 use xds_proto::pb::google::protobuf::Any;
 use xds_proto::{EncodedResource, TYPE_URL_PREFIX};
@@ -23,6 +28,45 @@ pub struct ResourceKey {
     pub type_name: String,
     /// The resource name.
     pub name: String,
+}
+
+/// A key under the prefix: a resource, or the marker of a named group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    /// `<prefix>/<group>/<type>/<name>`.
+    Resource(ResourceKey),
+    /// `<prefix>/<group>`: the group exists, even with no resource.
+    Group(String),
+}
+
+impl Key {
+    /// Parses `key` under `prefix` (which ends with `/`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ResourceKey::parse`]; a group marker's group is not empty.
+    pub fn parse(prefix: &str, key: &[u8]) -> Result<Key, String> {
+        let text = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_owned())?;
+        match text.strip_prefix(prefix) {
+            Some(group) if !group.is_empty() && !group.contains('/') => {
+                Ok(Key::Group(group.to_owned()))
+            }
+            _ => ResourceKey::parse(prefix, key).map(Key::Resource),
+        }
+    }
+
+    /// The group the key belongs to.
+    pub fn group(&self) -> &str {
+        match self {
+            Key::Resource(key) => &key.group,
+            Key::Group(group) => group,
+        }
+    }
+}
+
+/// The marker key of named group `group` under `prefix` (which ends with `/`).
+pub fn group_key(prefix: &str, group: &str) -> String {
+    format!("{prefix}{group}")
 }
 
 /// The largest value accepted for one resource: etcd's own request limit is 1.5 MiB by default;
@@ -118,6 +162,17 @@ mod tests {
         assert_eq!(parsed.name, name);
         assert!(ResourceKey::parse("/xds/", b"/xds/only-group").is_err());
         assert!(ResourceKey::parse("/xds/", b"/other/g/t/n").is_err());
+    }
+
+    #[test]
+    fn a_key_without_type_and_name_marks_a_group() {
+        assert_eq!(group_key("/xds/", "edge"), "/xds/edge");
+        assert_eq!(Key::parse("/xds/", b"/xds/edge"), Ok(Key::Group("edge".into())));
+        let resource = Key::parse("/xds/", b"/xds/edge/envoy.config.cluster.v3.Cluster/a");
+        assert!(matches!(&resource, Ok(Key::Resource(k)) if k.group == "edge" && k.name == "a"));
+        assert_eq!(resource.map(|k| k.group().to_owned()), Ok("edge".into()));
+        assert!(Key::parse("/xds/", b"/xds/").is_err(), "the default group needs no marker");
+        assert!(Key::parse("/xds/", b"/xds/edge/").is_err());
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod publish;
 pub mod source;
 pub mod wire;
 
-pub use layout::{ResourceKey, decode_value, normalize_prefix};
+pub use layout::{Key, ResourceKey, decode_value, group_key, normalize_prefix};
 pub use publish::{PublishError, Published, publish};
 pub use source::{Change, DEFAULT_GROUP, EtcdSource, Mirror, SourceEvent, publish_to_cache};
 pub use wire::EtcdClient;

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use prost::Message;
 use xds_cache::Snapshot;
 
-use crate::layout::{ResourceKey, normalize_prefix};
+use crate::layout::{ResourceKey, group_key, normalize_prefix};
+use crate::source::DEFAULT_GROUP;
 use crate::wire::{
     COMPARE_LESS, Compare, DeleteRangeRequest, EtcdClient, PutRequest, RequestOp, TARGET_MOD,
     TxnRequest, prefix_end, request_op::Request,
@@ -32,6 +33,36 @@ pub enum PublishError {
         "group {0:?} contains '/', which the key layout <prefix>/<group>/<type>/<name> cannot hold"
     )]
     GroupName(String),
+    /// etcd refused the transaction because it has more operations than its `--max-txn-ops`
+    /// allows (128 by default); nothing was written. A publish is one transaction on purpose and
+    /// is never split: replicas must never see half a configuration. Raise the limit.
+    #[error(
+        "etcd refused the publish: it is one transaction of {operations} operations (one per \
+         changed or deleted key) and etcd allows fewer ({message:?}); nothing was written. Raise \
+         etcd's --max-txn-ops (default 128) to at least {operations} on every member: a publish \
+         is never split into several transactions, so that replicas never serve half a \
+         configuration"
+    )]
+    TooManyOperations {
+        /// Operations in the transaction.
+        operations: usize,
+        /// etcd's message.
+        message: String,
+    },
+    /// etcd refused the transaction as larger than its `--max-request-bytes` allows (1.5 MiB by
+    /// default); nothing was written. As with the operations, the publish is never split.
+    #[error(
+        "etcd refused the publish: it is one transaction of {bytes} bytes and etcd accepts less \
+         ({message:?}); nothing was written. Raise etcd's --max-request-bytes (default 1.5 MiB) \
+         above {bytes} on every member: a publish is never split into several transactions, so \
+         that replicas never serve half a configuration"
+    )]
+    TooLarge {
+        /// The encoded transaction's size.
+        bytes: usize,
+        /// etcd's message.
+        message: String,
+    },
     /// etcd refused or could not be reached; nothing was written.
     #[error("etcd: {0}")]
     Etcd(#[from] tonic::Status),
@@ -46,9 +77,14 @@ pub enum PublishError {
 /// the prefix changed since it was read (so two publishers never interleave). Every replica
 /// watching the prefix sees one revision: the whole new configuration or none of it.
 ///
+/// Every named group (not the default one) also gets its marker key
+/// ([`group_key`]), so that a group with no resources exists for the replicas as it does in the
+/// configuration.
+///
 /// The caller validates `groups` first (the file server loads the directory with its loader).
 /// etcd limits a transaction to `--max-txn-ops` operations (128 by default) and
-/// `--max-request-bytes` (1.5 MiB): run etcd with limits that fit the configuration.
+/// `--max-request-bytes` (1.5 MiB): run etcd with limits that fit the configuration (a publish
+/// past them fails with [`PublishError::TooManyOperations`] or [`PublishError::TooLarge`]).
 ///
 /// # Errors
 ///
@@ -63,6 +99,9 @@ pub async fn publish(
     for (group, snapshot) in groups {
         if group.contains('/') {
             return Err(PublishError::GroupName(group.clone()));
+        }
+        if group != DEFAULT_GROUP {
+            wanted.insert(group_key(&prefix, group), Vec::new());
         }
         for t in snapshot.types() {
             for resource in snapshot.resources(t) {
@@ -114,11 +153,52 @@ pub async fn publish(
         mod_revision: Some(read_revision + 1),
         range_end: prefix_end(prefix.as_bytes()),
     };
-    let answer =
-        client.txn(TxnRequest { compare: vec![guard], success: ops, failure: Vec::new() }).await?;
+    let txn = TxnRequest { compare: vec![guard], success: ops, failure: Vec::new() };
+    let (operations, bytes) = (txn.success.len(), txn.encoded_len());
+    let answer = client.txn(txn).await.map_err(|status| refused(status, operations, bytes))?;
     if !answer.succeeded {
         return Err(PublishError::Conflict);
     }
     done.revision = answer.header.map_or(0, |h| h.revision);
     Ok(done)
+}
+
+/// Names etcd's refusals of a transaction too large for its limits (etcd says only "too many
+/// operations in txn request" or "request is too large", with no figure).
+fn refused(status: tonic::Status, operations: usize, bytes: usize) -> PublishError {
+    let message = status.message().to_owned();
+    match status.code() {
+        tonic::Code::InvalidArgument if message.contains("too many operations") => {
+            PublishError::TooManyOperations { operations, message }
+        }
+        tonic::Code::InvalidArgument if message.contains("too large") => {
+            PublishError::TooLarge { bytes, message }
+        }
+        // Past etcd's gRPC receive limit (`--max-request-bytes` plus some overhead), gRPC itself
+        // refuses the message.
+        tonic::Code::ResourceExhausted if message.contains("larger than max") => {
+            PublishError::TooLarge { bytes, message }
+        }
+        _ => PublishError::Etcd(status),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_limits_are_named_with_the_figures_and_the_flag_to_raise() {
+        let status =
+            tonic::Status::invalid_argument("etcdserver: too many operations in txn request");
+        let e = refused(status, 300, 9000).to_string();
+        assert!(e.contains("300 operations") && e.contains("--max-txn-ops"), "{e}");
+        assert!(e.contains("too many operations in txn request") && e.contains("never split"));
+        let e =
+            refused(tonic::Status::invalid_argument("etcdserver: request is too large"), 3, 9000);
+        assert!(matches!(e, PublishError::TooLarge { bytes: 9000, .. }), "{e}");
+        assert!(e.to_string().contains("--max-request-bytes"));
+        let other = refused(tonic::Status::unavailable("down"), 1, 1);
+        assert!(matches!(other, PublishError::Etcd(_)));
+    }
 }

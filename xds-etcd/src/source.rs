@@ -13,14 +13,23 @@ use std::time::Duration;
 use xds_cache::{Snapshot, SnapshotBuilder, SnapshotCache};
 use xds_proto::EncodedResource;
 
-use crate::layout::{ResourceKey, decode_value};
+use crate::layout::{Key, ResourceKey, decode_value};
 use crate::wire::{EVENT_DELETE, EtcdClient, Event, KeyValue, WatchResponse};
 
 /// The group served to nodes no other group names.
 pub const DEFAULT_GROUP: &str = "";
 
 /// One stored key, read once when it changes.
-type Entry = Result<(ResourceKey, EncodedResource), String>;
+type Entry = Result<Stored, String>;
+
+/// A valid key.
+#[derive(Debug)]
+enum Stored {
+    /// A resource of a group.
+    Resource(ResourceKey, EncodedResource),
+    /// A named group's marker: the group exists even with no resource.
+    Group(String),
+}
 
 /// What a revision changed in the served state.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -66,10 +75,16 @@ impl Mirror {
     }
 
     fn read(&self, kv: &KeyValue) -> Entry {
-        let key = ResourceKey::parse(&self.prefix, &kv.key)?;
-        let resource = decode_value(&key, &kv.value)
-            .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&kv.key)))?;
-        Ok((key, resource))
+        let shown = || String::from_utf8_lossy(&kv.key).into_owned();
+        match Key::parse(&self.prefix, &kv.key)? {
+            Key::Group(group) if kv.value.is_empty() => Ok(Stored::Group(group)),
+            Key::Group(_) => Err(format!("{}: a group marker's value must be empty", shown())),
+            Key::Resource(key) => {
+                let resource =
+                    decode_value(&key, &kv.value).map_err(|e| format!("{}: {e}", shown()))?;
+                Ok(Stored::Resource(key, resource))
+            }
+        }
     }
 
     /// Replaces the mirror with a full read of the prefix at `revision`.
@@ -94,8 +109,8 @@ impl Mirror {
         let mut touched = BTreeSet::new();
         for event in events {
             let Some(kv) = &event.kv else { continue };
-            if let Ok(key) = ResourceKey::parse(&self.prefix, &kv.key) {
-                touched.insert(key.group);
+            if let Ok(key) = Key::parse(&self.prefix, &kv.key) {
+                touched.insert(key.group().to_owned());
             }
             if event.r#type == EVENT_DELETE {
                 self.entries.remove(&kv.key);
@@ -128,10 +143,18 @@ impl Mirror {
         let mut builders: BTreeMap<String, SnapshotBuilder> = BTreeMap::new();
         builders.insert(DEFAULT_GROUP.to_owned(), SnapshotBuilder::default());
         let mut present = BTreeSet::from([DEFAULT_GROUP.to_owned()]);
-        for (key, resource) in self.entries.values().filter_map(|e| e.as_ref().ok()) {
-            present.insert(key.group.clone());
-            if all || touched.contains(&key.group) {
-                builders.entry(key.group.clone()).or_default().add_encoded(resource.clone());
+        for stored in self.entries.values().filter_map(|e| e.as_ref().ok()) {
+            let group = match stored {
+                Stored::Resource(key, _) => &key.group,
+                Stored::Group(group) => group,
+            };
+            present.insert(group.clone());
+            if !all && !touched.contains(group) {
+                continue;
+            }
+            let builder = builders.entry(group.clone()).or_default();
+            if let Stored::Resource(_, resource) = stored {
+                builder.add_encoded(resource.clone());
             }
         }
         let mut next = if all { BTreeMap::new() } else { self.served.clone().unwrap_or_default() };
@@ -421,5 +444,27 @@ mod tests {
         let change = m.apply(3, &[delete]).expect("valid");
         assert_eq!(change.removed, BTreeSet::from(["g".to_owned()]));
         assert!(!m.served().expect("served").contains_key("g"));
+    }
+
+    #[test]
+    fn a_group_marker_makes_an_empty_group_exist() {
+        let mut m = Mirror::new("/p/");
+        let change = m.apply(2, &[put("/p/empty", Vec::new(), 2)]).expect("valid");
+        assert!(change.changed.contains("empty"));
+        assert_eq!(m.served().expect("served")["empty"].len(), 0, "served, with no resource");
+        // Resources join the group and leave it; the marker keeps it.
+        m.apply(3, &[put(&format!("/p/empty/{CDS}/c"), cluster("c"), 3)]).expect("valid");
+        assert_eq!(m.served().expect("served")["empty"].len(), 1);
+        let delete = |key: &str| Event {
+            r#type: EVENT_DELETE,
+            kv: Some(KeyValue { key: key.into(), ..Default::default() }),
+        };
+        m.apply(4, &[delete(&format!("/p/empty/{CDS}/c"))]).expect("valid");
+        assert_eq!(m.served().expect("served")["empty"].len(), 0);
+        let change = m.apply(5, &[delete("/p/empty")]).expect("valid");
+        assert_eq!(change.removed, BTreeSet::from(["empty".to_owned()]));
+        // A marker with a value is a mistake, refused like any invalid key.
+        let error = m.apply(6, &[put("/p/g", cluster("x"), 6)]).unwrap_err();
+        assert!(error.contains("value must be empty"), "{error}");
     }
 }

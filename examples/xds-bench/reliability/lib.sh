@@ -22,19 +22,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Builds (unless BUILD=0) and copies xds-load and xds-bench-server into the work dir; PROFILE=debug
-# takes the debug binaries instead (CI's smoke run, which shares the test build).
+# Builds (unless BUILD=0) and copies xds-load and xds-bench-server into the work dir, with the
+# binaries of the packages named as arguments (e.g. `build xds-file-server`; each package's binary
+# has its name); PROFILE=debug takes the debug binaries instead (CI's smoke run, which shares the
+# test build).
 build() {
   local profile="${PROFILE:-release}"
   if [ "${BUILD:-1}" != 0 ]; then
+    local packages=()
+    for p in xds-bench "$@"; do packages+=(-p "$p"); done
     if [ "$profile" = release ]; then
-      cargo build --release -p xds-bench
+      cargo build --release "${packages[@]}"
     else
-      cargo build -p xds-bench
+      cargo build "${packages[@]}"
     fi
   fi
   local target="${CARGO_TARGET_DIR:-target}/$profile"
-  cp "$target/xds-load" "$target/xds-bench-server" "$WORK/"
+  for bin in xds-load xds-bench-server "$@"; do
+    cp "$target/$bin" "$WORK/"
+  done
 }
 
 # Starts xds-bench-server with these arguments (plus the ports) and waits for its ' pid ' line

@@ -18,8 +18,9 @@ use super::trigger::Trigger;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The server's gRPC URI.
-    pub server: String,
+    /// The servers' gRPC URIs: clients are spread over them round-robin, and a client whose
+    /// stream breaks reconnects to the next one.
+    pub servers: Vec<String>,
     /// SotW or delta.
     pub mode: Mode,
     /// How many clients.
@@ -52,6 +53,10 @@ pub struct Options {
     /// After the storm, print `READY FOR RESTART` and wait (at most this long) until every
     /// client's stream broke and was re-established; implies `reconnect`.
     pub restart_wait: Option<Duration>,
+    /// With `restart_wait`: the server (index in `servers`) that is killed and not restarted
+    /// (`READY FOR FAILOVER` instead of `READY FOR RESTART`); only its clients are waited for,
+    /// until each reconnected to another server and got its first response there.
+    pub failover: Option<usize>,
     /// Where the server's figures are sampled from during the run (`None`: not sampled).
     pub sampling: Option<Sampling>,
     /// Leave the per-update table out of the report (failed updates are still listed).
@@ -123,7 +128,7 @@ pub async fn run(o: Options) -> bool {
     let me0 = sys::sample("self").unwrap_or_default();
     let tracker = Arc::new(Tracker::new(o.clients, o.stuck));
     let config = Arc::new(client::Config {
-        server: o.server.clone(),
+        servers: o.servers.clone(),
         mode: o.mode,
         eds_per_client: o.eds_per_client,
         connect_timeout: o.storm_timeout,
@@ -168,9 +173,12 @@ pub async fn run(o: Options) -> bool {
     };
     let ready_times = sorted(tracker.ready_times());
     let first_cds = sorted(tracker.first_cds_times());
-    let restart = match o.restart_wait {
-        Some(wait) if storm_ok => Some(checks::restart(&tracker, wait).await),
-        _ => None,
+    let (restart, failover) = match (o.restart_wait, o.failover) {
+        (Some(wait), Some(server)) if storm_ok => {
+            (None, Some(checks::failover(&tracker, server, o.servers.len(), wait).await))
+        }
+        (Some(wait), None) if storm_ok => (Some(checks::restart(&tracker, wait).await), None),
+        _ => (None, None),
     };
     tokio::time::sleep(o.settle).await;
     if let Some(s) = &sampler {
@@ -226,7 +234,8 @@ pub async fn run(o: Options) -> bool {
     let _ = writeln!(
         out,
         "xds-load: {} {mode} ADS clients of {}, {clusters} clusters, EDS per client: {eds}",
-        o.clients, o.server
+        o.clients,
+        o.servers.join(" ")
     );
     let storm_s = ready_times.last().map_or(0.0, |&t| f64::from(t) / 1e6);
     let _ = writeln!(
@@ -270,11 +279,18 @@ pub async fn run(o: Options) -> bool {
             o.clients - 1,
         );
     }
-    let restart_ok = restart.as_ref().is_none_or(|r| r.missing.is_empty());
+    let restart_ok = restart.as_ref().is_none_or(|r| r.missing.is_empty())
+        && failover.as_ref().is_none_or(checks::Failover::passed);
+    let (m, b) = (before_updates.0 - storm_traffic.0, before_updates.1 - storm_traffic.1);
     if let Some(r) = &restart {
         let _ = writeln!(out, "{}", r.line(o.clients - tracker.stuck()));
-        let (m, b) = (before_updates.0 - storm_traffic.0, before_updates.1 - storm_traffic.1);
         let _ = writeln!(out, "restart traffic: {m} messages, {} received", mib(b / 1024));
+    }
+    if let Some(f) = &failover {
+        for line in f.lines(&o.servers) {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out, "failover traffic: {m} messages, {} received", mib(b / 1024));
     }
 
     let mut all = Vec::new();
@@ -392,7 +408,7 @@ pub async fn run(o: Options) -> bool {
     let failed = outcomes.len() - passed + usize::from(!storm_ok) * o.updates;
     let _ = writeln!(out, "{passed} passed, {failed} failed");
     print!("{out}");
-    let restarted = restart.is_none() || (restart_ok && resent == 0);
+    let restarted = (restart.is_none() && failover.is_none()) || (restart_ok && resent == 0);
     storm_ok && failed == 0 && failed_clients == 0 && final_ok && restarted
 }
 

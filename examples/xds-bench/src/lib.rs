@@ -10,9 +10,9 @@
 //!   whether clients came back after a restart and hold the final state.
 //! - [`churn`]: connect / subscribe / disconnect cycles, and whether the server returns to its
 //!   baseline.
-//! - [`trigger`]: the HTTP trigger of an update; [`stats`]: the server's `/bench/stats` and a
-//!   background sampler; [`http`]: the HTTP GET both use; [`sys`]: `/proc` samples and the
-//!   open-file limit.
+//! - [`trigger`]: the trigger of an update (an HTTP GET or a command); [`stats`]: the server's
+//!   `/bench/stats` and a background sampler; [`http`]: the HTTP GET both use; [`sys`]: `/proc`
+//!   samples and the open-file limit.
 
 pub mod bench;
 mod checks;

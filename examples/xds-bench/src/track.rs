@@ -136,6 +136,15 @@ struct Sessions {
     opened: AtomicU32,
     /// Whether the current one is up.
     up: AtomicBool,
+    /// The stream (its number in `opened`) whose first Cluster response arrived last: the
+    /// current stream is synced when this equals `opened`.
+    synced: AtomicU32,
+    /// When the last stream broke / got its first Cluster response: microseconds from the
+    /// tracker's start, +1 (0: never).
+    down_at: AtomicU64,
+    synced_at: AtomicU64,
+    /// The index (in the server list) of the server of the current or last stream.
+    server: AtomicU32,
 }
 
 /// Shared by the clients and the coordinator.
@@ -233,7 +242,34 @@ impl Tracker {
 
     /// A client's stream or connection broke (it may reconnect).
     pub fn stream_down(&self, client: usize) {
-        self.sessions[client].up.store(false, SeqCst);
+        let s = &self.sessions[client];
+        if s.up.swap(false, SeqCst) {
+            s.down_at.store(self.now_us() + 1, SeqCst);
+        }
+    }
+
+    /// A client is about to open a stream to server `server` (an index in the server list).
+    pub fn on_server(&self, client: usize, server: usize) {
+        self.sessions[client].server.store(u32::try_from(server).unwrap_or(u32::MAX), SeqCst);
+    }
+
+    /// The server (index in the server list) of a client's current or last stream.
+    pub fn server_of(&self, client: usize) -> usize {
+        self.sessions[client].server.load(SeqCst) as usize
+    }
+
+    /// When `client`'s last stream broke, in microseconds since the start.
+    pub fn down_at(&self, client: usize) -> Option<u64> {
+        self.sessions[client].down_at.load(SeqCst).checked_sub(1)
+    }
+
+    /// If `client` established a stream after its `before`-th, that stream is up and it got its
+    /// first Cluster response: when that response came, in microseconds since the start.
+    pub fn synced_since(&self, client: usize, before: u32) -> Option<u64> {
+        let s = &self.sessions[client];
+        let opened = s.opened.load(SeqCst);
+        let synced = s.up.load(SeqCst) && opened > before && s.synced.load(SeqCst) == opened;
+        synced.then(|| s.synced_at.load(SeqCst).saturating_sub(1))
     }
 
     /// Per client: the number of streams established so far.
@@ -291,9 +327,17 @@ impl Tracker {
         }
     }
 
-    /// A client got a Cluster response; only its first counts.
+    /// A client got a Cluster response: its first one counts for the storm, and the first one
+    /// of each stream marks that stream synced.
     pub fn cds_received(&self, client: usize) {
-        self.first_cds_at.record(client, self.now_us());
+        let now = self.now_us();
+        self.first_cds_at.record(client, now);
+        let s = &self.sessions[client];
+        let opened = s.opened.load(SeqCst);
+        if s.synced.load(SeqCst) != opened {
+            s.synced_at.store(now + 1, SeqCst);
+            s.synced.store(opened, SeqCst);
+        }
     }
 
     /// When each client got its first Cluster response, in microseconds since the start.
@@ -483,8 +527,15 @@ mod tests {
         let before = t.sessions();
         assert!(!t.reconnected(0, before[0]));
         t.stream_down(0);
+        assert!(t.down_at(0).is_some());
+        t.on_server(0, 2);
         t.stream_up(0);
         assert!(t.reconnected(0, before[0]));
         assert_eq!(t.reconnects(), 1);
+        assert_eq!(t.server_of(0), 2);
+        assert_eq!(t.synced_since(0, before[0]), None, "no Cluster response on the new stream");
+        t.cds_received(0);
+        assert!(t.synced_since(0, before[0]).is_some());
+        assert_eq!(t.synced_since(0, before[0] + 1), None, "no stream after that one");
     }
 }

@@ -187,7 +187,9 @@ pub enum Command {
     },
     /// Check a configuration as `check` does and, if it is valid, write it into etcd as one
     /// transaction: every replica on the prefix switches to it at once. Keys the configuration
-    /// lacks are deleted. An invalid configuration changes nothing.
+    /// lacks are deleted. An invalid configuration changes nothing. The transaction has one
+    /// operation per written or deleted key and is never split: etcd's --max-txn-ops (default
+    /// 128) and --max-request-bytes must allow it (a refusal says which to raise).
     Publish {
         /// The etcd endpoint(s), comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]

@@ -30,6 +30,7 @@ const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
 /// A single-member etcd on free loopback ports, killed when dropped.
 struct Etcd {
+    max_txn_ops: usize,
     child: Option<Child>,
     client: SocketAddr,
     peer: SocketAddr,
@@ -39,6 +40,11 @@ struct Etcd {
 impl Etcd {
     /// Starts etcd, or `None` (with a message) when the binary is not installed.
     async fn start(name: &str) -> Option<Etcd> {
+        Etcd::start_with(name, 10_000).await
+    }
+
+    /// Starts etcd with `--max-txn-ops max_txn_ops` (etcd's default is 128).
+    async fn start_with(name: &str, max_txn_ops: usize) -> Option<Etcd> {
         if Command::new("etcd").arg("--version").output().is_err() {
             eprintln!(
                 "SKIPPED: no `etcd` binary (apt-get install -y etcd-server; \
@@ -47,6 +53,7 @@ impl Etcd {
             return None;
         }
         let mut etcd = Etcd {
+            max_txn_ops,
             child: None,
             client: free_addr(),
             peer: free_addr(),
@@ -69,7 +76,7 @@ impl Etcd {
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("t={peer}")])
-            .args(["--max-txn-ops", "10000"])
+            .args(["--max-txn-ops", &self.max_txn_ops.to_string()])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -570,4 +577,69 @@ async fn a_configuration_larger_than_a_grpc_message_is_loaded() {
     let (code, status) = r.get("/status").await.unwrap();
     assert_eq!(code, 200);
     assert!(status.contains("\"cluster\":6"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_past_etcds_max_txn_ops_is_refused_whole_and_names_the_limit_to_raise() {
+    let Some(etcd) = Etcd::start_with("txn-ops", 4).await else { return };
+    let dir = temp_dir("etcd-txn-ops-config");
+    let many: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    let many: Vec<(&str, u32)> = many.iter().map(|n| (n.as_str(), 1)).collect();
+    write_config(&dir, &many);
+    let before = etcd.revision().await;
+    let (ok, out) = publish(&etcd.url(), "/x", &dir);
+    assert!(!ok, "{out}");
+    for needed in [
+        "10 operations",
+        "too many operations in txn request",
+        "--max-txn-ops",
+        "nothing was written",
+    ] {
+        assert!(out.contains(needed), "{needed:?} missing from: {out}");
+    }
+    assert_eq!(etcd.revision().await, before, "nothing written: not even part of it");
+    assert!(etcd.client().range_prefix(b"/x/").await.unwrap().kvs.is_empty());
+    // Within the limit, the same command publishes.
+    write_config(&dir, &many[..4]);
+    let (ok, out) = publish(&etcd.url(), "/x", &dir);
+    assert!(ok && out.contains("4 keys written"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_group_is_known_to_the_replicas_and_serves_its_nodes_nothing() {
+    let Some(etcd) = Etcd::start("empty-group").await else { return };
+    let dir = temp_dir("etcd-empty-group-config");
+    write_config(&dir, &[("a", 1)]);
+    std::fs::write(dir.join("groups.yaml"), "groups:\n  edge:\n    resources: []\n").unwrap();
+    let (ok, out) = publish(&etcd.url(), "/e", &dir);
+    assert!(ok && out.contains("2 keys written"), "the cluster and the group's marker: {out}");
+    let r = replica(&etcd.url(), "/e").await;
+    let state = r.config_state().await;
+    assert_eq!(state["groups"], serde_json::json!(["", "edge"]), "{state}");
+
+    // A node of the empty group is served its group (nothing), not the default group.
+    let (tx, rx) = mpsc::channel(4);
+    let request =
+        DiscoveryRequest { node: node("edge"), type_url: CDS.into(), ..Default::default() };
+    tx.send(request).await.unwrap();
+    let mut edge = ads(r.grpc)
+        .await
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    if let Ok(next) = tokio::time::timeout(Duration::from_millis(700), edge.message()).await {
+        let response = next.unwrap().expect("the stream stays open");
+        assert!(response.resources.is_empty(), "the empty group's node was served {response:?}");
+    }
+    let mut other = Sotw::open(r.grpc, None).await;
+    assert_eq!(other.next().await, names(&["a"]));
+
+    // Dropping the group from the configuration deletes its marker: the group is gone.
+    std::fs::remove_file(dir.join("groups.yaml")).unwrap();
+    let (ok, out) = publish(&etcd.url(), "/e", &dir);
+    assert!(ok && out.contains("1 deleted"), "{out}");
+    r.until("the group is gone", |s| s["groups"] == serde_json::json!([""])).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

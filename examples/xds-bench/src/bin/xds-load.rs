@@ -22,6 +22,11 @@
 //!   prints `READY FOR RESTART` after the storm and waits for every client to come back (the
 //!   server is meant to be killed and restarted meanwhile), then runs the updates and fails if any
 //!   resource the clients held was sent again.
+//! - several `--server` addresses (comma-separated): replicas; clients spread over them and move
+//!   to the next on a break. `--failover I` with `--restart-wait-s S`: after the storm the run
+//!   prints `READY FOR FAILOVER`, server I is meant to be killed, and its clients must move to
+//!   the others and be resent nothing (`reliability/replicas.sh`, with `--trigger-cmd` publishing
+//!   into etcd).
 //! - `--rss-log FILE --sample-s SECS`: the server's RSS, CPU, tasks and streams every SECS, as CSV.
 
 use std::time::Duration;
@@ -39,9 +44,10 @@ use xds_bench::trigger::Trigger;
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The control plane's gRPC address.
-    #[arg(long, default_value = "http://127.0.0.1:18000")]
-    server: String,
+    /// The control plane's gRPC address; several (comma-separated) for replicas: client `i`
+    /// starts on the `i % n`-th, and a client whose stream breaks reconnects to the next one.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:18000")]
+    server: Vec<String>,
     /// How many clients (each its own connection, stream and node id `load-{i}`).
     #[arg(long, default_value_t = 100)]
     clients: usize,
@@ -55,6 +61,11 @@ struct Args {
     /// new endpoint port in its body once the update is published.
     #[arg(long, default_value = "http://127.0.0.1:18001/bench/update?i={k}")]
     trigger: String,
+    /// Trigger updates with this shell command instead of --trigger (`{k}`: the cluster index):
+    /// it must exit 0 once the update is published and print the new endpoint port, e.g. a
+    /// script that rewrites a file and runs `xds-file-server publish`.
+    #[arg(long, value_name = "COMMAND")]
+    trigger_cmd: Option<String>,
     /// How many updates (one cluster each, cycling over the clusters).
     #[arg(long, default_value_t = 100)]
     updates: usize,
@@ -112,6 +123,13 @@ struct Args {
     /// updates, and fail if any resource a client held was sent again. Implies --reconnect.
     #[arg(long, value_name = "S")]
     restart_wait_s: Option<u64>,
+    /// With --restart-wait-s and several servers: server I (0-based, in --server's order) is
+    /// killed and not restarted. The run prints `READY FOR FAILOVER` instead, waits until every
+    /// client of that server reconnected to another and got its first response there (reporting
+    /// how long that took), then runs the updates, and fails if any resource a client held was
+    /// sent again.
+    #[arg(long, value_name = "I", requires = "restart_wait_s")]
+    failover: Option<usize>,
     /// Append `elapsed_s,rss_bytes,cpu_s,tasks,streams` lines, sampled from --stats (and /proc
     /// with --server-pid) every --sample-s, to this file.
     #[arg(long, value_name = "FILE")]
@@ -142,7 +160,11 @@ fn main() -> std::process::ExitCode {
         Ok(_) => {}
         Err(e) => eprintln!("warning: cannot raise the open-file limit: {e}"),
     }
-    let parsed = Trigger::parse(&args.trigger).and_then(|t| {
+    let trigger = match &args.trigger_cmd {
+        Some(command) => Trigger::command(command),
+        None => Trigger::parse(&args.trigger),
+    };
+    let parsed = trigger.and_then(|t| {
         let stats = Url::parse(&args.stats).map_err(|e| format!("--stats: {e}"))?;
         Ok((t, stats))
     });
@@ -153,6 +175,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(i) = args.failover
+        && (args.server.len() < 2 || i >= args.server.len())
+    {
+        eprintln!(
+            "--failover needs at least two --server addresses and names one of them (0-based)"
+        );
+        return std::process::ExitCode::from(2);
+    }
     if args.churn.is_none() && args.stuck >= args.clients.max(1) {
         eprintln!("--stuck must be less than --clients: some clients must read");
         return std::process::ExitCode::from(2);
@@ -171,7 +201,7 @@ fn main() -> std::process::ExitCode {
         None => (args.rss_log.is_some() || args.stuck > 0).then_some(Duration::from_secs(1)),
     };
     let churn = args.churn.map(|cycles| ChurnOptions {
-        server: args.server.clone(),
+        server: args.server.first().cloned().unwrap_or_default(),
         mode,
         cycles,
         warmup: args.churn_warmup,
@@ -182,7 +212,7 @@ fn main() -> std::process::ExitCode {
         max_rss_growth_pct: args.churn_max_rss_growth_pct,
     });
     let options = Options {
-        server: args.server,
+        servers: args.server,
         mode,
         clients: args.clients,
         eds_per_client: args.eds_per_client,
@@ -198,6 +228,7 @@ fn main() -> std::process::ExitCode {
         stuck: args.stuck,
         reconnect: args.reconnect,
         restart_wait: args.restart_wait_s.map(Duration::from_secs),
+        failover: args.failover,
         sampling: sample_every.map(|every| Sampling { source, every, log: args.rss_log }),
         brief: args.brief,
     };

@@ -38,8 +38,10 @@ pub enum Mode {
 /// What every client shares.
 #[derive(Debug)]
 pub struct Config {
-    /// The server's gRPC URI, e.g. `http://127.0.0.1:18000`.
-    pub server: String,
+    /// The servers' gRPC URIs, e.g. `http://127.0.0.1:18000`: client `i` starts on server
+    /// `i % n`, and a client whose stream breaks reconnects to the next one (replicas behind a
+    /// load balancer, as a proxy that lost its replica meets another).
+    pub servers: Vec<String>,
     /// SotW or delta.
     pub mode: Mode,
     /// How many clusters' endpoints each client subscribes to (0: all).
@@ -110,6 +112,8 @@ struct Client<'a> {
     stuck: bool,
     /// Streams established so far.
     sessions: u32,
+    /// The index in `Config::servers` of the server of the current (or next) stream.
+    server: usize,
     /// With `--reconnect`: what it holds, to resume.
     held: Option<Holdings>,
     node: Node,
@@ -150,6 +154,7 @@ impl<'a> Client<'a> {
             tx: None,
             stuck: tracker.is_stuck(id),
             sessions: 0,
+            server: id % config.servers.len().max(1),
             held: config.reconnect.then(Holdings::default),
             node: Node {
                 id: format!("load-{id}"),

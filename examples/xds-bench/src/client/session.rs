@@ -32,6 +32,8 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return,
         };
         tracker.stream_down(id);
+        // The next stream goes to the next server (the same one when there is only one).
+        client.server = (client.server + 1) % config.servers.len().max(1);
         let error = match ended {
             Ended::Broken(e) if config.reconnect => e,
             Ended::Broken(e) | Ended::Failed(e) => {
@@ -112,8 +114,11 @@ async fn session(config: &Config, client: &mut Client<'_>) -> Ended {
     if let Err(e) = client.start() {
         return Ended::Failed(e);
     }
-    let opened =
-        open_ads(&config.server, config.mode, config.connect_timeout, config.window, rx).await;
+    let Some(server) = config.servers.get(client.server) else {
+        return Ended::Failed("no server address".into());
+    };
+    client.tracker.on_server(client.id, client.server);
+    let opened = open_ads(server, config.mode, config.connect_timeout, config.window, rx).await;
     drop(permit);
     let mut responses = match opened {
         Ok(r) => r,
