@@ -9,6 +9,7 @@ use std::time::Duration;
 use xds_cache::{LinearCache, MuxCache};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use xds_server::{ServerConfig, XdsServer};
 
 use util::*;
@@ -128,4 +129,76 @@ async fn without_a_gate_joiners_do_not_wait_for_each_other() {
     let mut second = Sotw::ads(&t, "second").await;
     second.subscribe(CDS, &[], None).await;
     assert_eq!(second.recv_type(CDS).await.resources.len(), 2);
+}
+
+/// What a delta client holds after its first wildcard CDS response: name -> version.
+async fn held_clusters(t: &TestServer) -> std::collections::HashMap<String, String> {
+    let mut probe = Delta::ads(t, "probe").await;
+    probe.subscribe(CDS, &["*"], &[]).await;
+    let r = probe.recv_type(CDS).await;
+    probe.ack(&r).await;
+    r.resources.iter().map(|x| (x.name.clone(), x.version.clone())).collect()
+}
+
+/// A delta ADS stream for `node_id` whose first request subscribes to every cluster and declares
+/// `held` (rule D7).
+async fn resume(
+    t: &TestServer,
+    node_id: &str,
+    held: std::collections::HashMap<String, String>,
+) -> Delta {
+    let mut d = Delta::ads(t, node_id).await;
+    d.send(DeltaDiscoveryRequest {
+        type_url: url(CDS),
+        resource_names_subscribe: names(&["*"]),
+        initial_resource_versions: held,
+        ..Default::default()
+    })
+    .await;
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resuming_client_that_holds_everything_does_not_queue_behind_joiners() {
+    let (cache, clusters, _) = caches(3, 0);
+    let t = gated(cache, Duration::from_secs(60)).await;
+    let held = held_clusters(&t).await;
+
+    // A joiner holds the gate (it never ACKs); a fresh client queues behind it.
+    let mut first = Sotw::ads(&t, "first").await;
+    first.subscribe(CDS, &[], None).await;
+    first.recv_type(CDS).await;
+    let mut fresh = Delta::ads(&t, "fresh").await;
+    fresh.subscribe(CDS, &["*"], &[]).await;
+
+    // A client moving here from another replica holds every cluster: it is owed nothing but
+    // the wildcard's first (empty) answer, takes no permit, and is synced once it ACKs that, so
+    // the next change reaches it while the gate is held.
+    let mut moved = resume(&t, "moved", held.clone()).await;
+    let r = moved.recv_type(CDS).await;
+    assert!(r.resources.is_empty());
+    moved.ack(&r).await;
+    // One that holds a stale version is owed a resource: it queues like a joiner.
+    let mut stale = held;
+    stale.insert("c1".into(), "stale".into());
+    let mut behind = resume(&t, "behind", stale).await;
+    behind.expect_quiet().await;
+
+    clusters.upsert(&cluster("c0", "changed")).expect("upsert");
+    let r = moved.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["c0"]);
+    moved.ack(&r).await;
+    fresh.expect_quiet().await;
+    behind.expect_quiet().await;
+    // (The stale one's response is computed, and waits for its permit to be written.)
+    assert!(!was_sent(&t, "fresh", CDS));
+    drop(first);
+    // The gate moves on (FIFO): the fresh client first, then the stale one.
+    let r = fresh.recv_type(CDS).await;
+    assert_eq!(r.resources.len(), 3);
+    fresh.ack(&r).await;
+    let r = behind.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["c1"], "computed before c0 changed");
+    behind.ack(&r).await;
+    assert_eq!(delta_names(&behind.recv_type(CDS).await), ["c0"]);
 }

@@ -17,6 +17,13 @@
 //! `ServerConfig::join_timeout` whatever the stream does (a task of its own keeps it, since a
 //! stream blocked on flow control is not polled), and the stream then goes on ungated. A synced
 //! stream never waits on the gate again: updates are not queued behind joiners.
+//!
+//! A stream that *resumes* (its first request says what the client holds: delta
+//! `initial_resource_versions`, a SotW `version_info`) is taken in at once, and waits for a permit
+//! only before it writes a response that carries resources. A proxy moving to another replica,
+//! or reconnecting after a blip, usually holds everything and is sent nothing: it has no place in
+//! the queue of proxies that need their whole configuration (behind which it waited seconds when
+//! a replica died). When the configuration changed meanwhile, it queues like any joiner.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::Pin;
@@ -92,8 +99,9 @@ struct Driver<P: Protocol> {
     watches: Watches,
     signal: Arc<Signal>,
     requests: Requests<P::Request>,
-    /// Responses to write: at most one per type per wake (the core keeps one in flight per type).
-    outbox: VecDeque<P::Wire>,
+    /// Responses to write, each with whether it carries resources: at most one per type per wake
+    /// (the core keeps one in flight per type).
+    outbox: VecDeque<(P::Wire, bool)>,
     status: Arc<Mutex<StreamStatus>>,
     done: bool,
     gate: Gate,
@@ -101,8 +109,14 @@ struct Driver<P: Protocol> {
 
 /// Where a stream is with respect to the join gate (see the module's documentation).
 enum Gate {
-    /// No request yet: the first one waits for a permit.
+    /// No request yet: the first one waits for a permit, unless it resumes.
     Fresh,
+    /// The first request resumed (it declared what the client holds): no permit until a
+    /// response with resources is to be written.
+    Resuming {
+        /// The types with a response sent and not yet acknowledged.
+        unacked: BTreeSet<TypeUrl>,
+    },
     /// Joining, with a permit kept by a task of its own: dropping `release` frees it (the task
     /// also frees it after `join_timeout`).
     Joining {
@@ -191,14 +205,21 @@ pub(crate) fn open<P: Protocol>(
 impl<P: Protocol> Driver<P> {
     async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
         loop {
-            if let Some(wire) = self.outbox.pop_front() {
-                return Some(Ok(wire));
+            if let Some((_, resources)) = self.outbox.front() {
+                if *resources && matches!(self.gate, Gate::Resuming { .. }) && !self.join().await {
+                    self.done = true;
+                    return Some(Err(Status::unavailable(
+                        "the server is shutting down: reconnect",
+                    )));
+                }
+                return self.outbox.pop_front().map(|(wire, _)| Ok(wire));
             }
             if self.done {
                 return None;
             }
             // Everything owed was handed to the body; synced once all of it is acknowledged.
-            if matches!(&self.gate, Gate::Joining { unacked, .. } if unacked.is_empty()) {
+            if matches!(&self.gate, Gate::Joining { unacked, .. } | Gate::Resuming { unacked } if unacked.is_empty())
+            {
                 self.gate = Gate::Open;
             }
             let timeout = lock(&self.core.0).poll_timeout();
@@ -210,9 +231,13 @@ impl<P: Protocol> Driver<P> {
                 }
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => {
-                        if matches!(self.gate, Gate::Fresh) && !self.join().await {
-                            self.done = true;
-                            return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
+                        if matches!(self.gate, Gate::Fresh) {
+                            if P::resumes(&request) {
+                                self.gate = Gate::Resuming { unacked: BTreeSet::new() };
+                            } else if !self.join().await {
+                                self.done = true;
+                                return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
+                            }
                         }
                         if let Err(status) = self.on_request(request) {
                             self.done = true;
@@ -242,7 +267,8 @@ impl<P: Protocol> Driver<P> {
 
     /// Waits for a permit of the join gate, in arrival order; false if the server shuts down
     /// meanwhile. The permit goes to a task that frees it when the stream is synced (drops
-    /// `release`), ends, or has held it for `join_timeout`.
+    /// `release`), ends, or has held it for `join_timeout`. A resuming stream keeps the
+    /// responses it has outstanding.
     async fn join(&mut self) -> bool {
         let Some(gate) = self.shared.join_gate.clone() else {
             self.gate = Gate::Open;
@@ -264,7 +290,11 @@ impl<P: Protocol> Driver<P> {
             let _permit = permit;
             let _ = tokio::time::timeout(hold, released).await;
         });
-        self.gate = Gate::Joining { _release: release, unacked: BTreeSet::new() };
+        let unacked = match std::mem::replace(&mut self.gate, Gate::Open) {
+            Gate::Resuming { unacked } => unacked,
+            _ => BTreeSet::new(),
+        };
+        self.gate = Gate::Joining { _release: release, unacked };
         true
     }
 
@@ -385,14 +415,14 @@ impl<P: Protocol> Driver<P> {
         while let Some(out) = core.poll_response(&mut self.watches, now) {
             let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp);
             self.shared.metrics.response(P::LABEL, self.shared.label(&out.type_key), bytes);
-            self.outbox.push_back(wire);
+            self.outbox.push_back((wire, bytes > 0));
         }
         let events: Vec<_> = std::iter::from_fn(|| core.poll_event()).collect();
         drop(core);
         if events.is_empty() {
             return;
         }
-        if let Gate::Joining { unacked, .. } = &mut self.gate {
+        if let Gate::Joining { unacked, .. } | Gate::Resuming { unacked } = &mut self.gate {
             for event in &events {
                 match event {
                     proto::Event::Sent { type_key, .. } => {

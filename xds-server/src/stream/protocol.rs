@@ -34,6 +34,9 @@ pub(crate) trait Protocol: Send + 'static {
         type_url: &TypeUrl,
         wanted: bool,
     ) -> Result<(), Malformed>;
+    /// Whether a stream's first request resumes: it says what the client already holds (the
+    /// join gate lets such a stream in at once).
+    fn resumes(request: &Self::Request) -> bool;
     /// The request as callbacks see it.
     fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
     /// The request as the core sees it.
@@ -83,6 +86,10 @@ impl Protocol for Sotw {
             request.request.resource_names = request.names()?;
         }
         Ok(())
+    }
+
+    fn resumes(request: &SotwIncoming) -> bool {
+        !request.request.version_info.is_empty()
     }
 
     fn for_callbacks(request: &SotwIncoming) -> XdsRequest<'_> {
@@ -144,6 +151,10 @@ impl Protocol for Delta {
     ) -> Result<(), Malformed> {
         // A delta request lists changes only: they are always read.
         Ok(())
+    }
+
+    fn resumes(request: &DeltaDiscoveryRequest) -> bool {
+        !request.initial_resource_versions.is_empty()
     }
 
     fn for_callbacks(request: &DeltaDiscoveryRequest) -> XdsRequest<'_> {
