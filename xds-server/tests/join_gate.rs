@@ -202,3 +202,39 @@ async fn a_resuming_client_that_holds_everything_does_not_queue_behind_joiners()
     behind.ack(&r).await;
     assert_eq!(delta_names(&behind.recv_type(CDS).await), ["c0"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joiners_owed_nothing_yet_join_through_the_gate_when_the_configuration_arrives() {
+    // No clusters yet (a control plane still loading its configuration, every proxy already
+    // reconnected): each joiner gets the wildcard's empty first answer and gives its permit back.
+    let (cache, clusters, _) = caches(0, 0);
+    let t = gated(cache, Duration::from_secs(60)).await;
+    let mut a = Sotw::ads(&t, "a").await;
+    a.subscribe(CDS, &[], None).await;
+    let r = a.recv_type(CDS).await;
+    assert!(r.resources.is_empty());
+    a.ack(&r).await;
+    let mut b = Sotw::ads(&t, "b").await;
+    b.subscribe(CDS, &[], None).await;
+    let r = b.recv_type(CDS).await;
+    assert!(r.resources.is_empty());
+    b.ack(&r).await;
+
+    // The configuration arrives: one of them is served, the other waits for its ACK.
+    for i in 0..3 {
+        clusters.upsert(&cluster(&format!("c{i}"), "")).expect("upsert");
+    }
+    let quiet = Duration::from_millis(500);
+    let (ra, rb) = tokio::join!(
+        tokio::time::timeout(quiet, a.recv_type(CDS)),
+        tokio::time::timeout(quiet, b.recv_type(CDS))
+    );
+    let (served, waiting, r) = match (ra, rb) {
+        (Ok(r), Err(_)) => (&mut a, &mut b, r),
+        (Err(_), Ok(r)) => (&mut b, &mut a, r),
+        (ra, rb) => panic!("expected one served: a {:?}, b {:?}", ra.is_ok(), rb.is_ok()),
+    };
+    assert_eq!(r.resources.len(), 3);
+    served.ack(&r).await;
+    assert_eq!(waiting.recv_type(CDS).await.resources.len(), 3);
+}

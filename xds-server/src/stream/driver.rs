@@ -24,6 +24,11 @@
 //! or reconnecting after a blip, usually holds everything and is sent nothing: it has no place in
 //! the queue of proxies that need their whole configuration (behind which it waited seconds when
 //! a replica died). When the configuration changed meanwhile, it queues like any joiner.
+//!
+//! A joiner that was owed nothing with resources (its group has no configuration yet: a
+//! restarted control plane still loading it, with every proxy already reconnected) gives its
+//! permit back and waits for one again before its first response with resources: when the
+//! configuration arrives, those streams join through the gate rather than all at once.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::Pin;
@@ -111,11 +116,14 @@ struct Driver<P: Protocol> {
 enum Gate {
     /// No request yet: the first one waits for a permit, unless it resumes.
     Fresh,
-    /// The first request resumed (it declared what the client holds): no permit until a
-    /// response with resources is to be written.
-    Resuming {
+    /// No permit, and none until a response with resources is to be written: the stream resumed
+    /// (its first request declared what the client holds), or it joined and was owed nothing
+    /// with resources (its group had no configuration yet, say: when one comes, that is its join).
+    Waiting {
         /// The types with a response sent and not yet acknowledged.
         unacked: BTreeSet<TypeUrl>,
+        /// It resumed: once everything sent is acknowledged it is synced.
+        resumed: bool,
     },
     /// Joining, with a permit kept by a task of its own: dropping `release` frees it (the task
     /// also frees it after `join_timeout`).
@@ -123,6 +131,8 @@ enum Gate {
         _release: oneshot::Sender<()>,
         /// The types with a response sent and not yet acknowledged.
         unacked: BTreeSet<TypeUrl>,
+        /// A response with resources was written under this permit.
+        served: bool,
     },
     /// Synced, or the gate is off: never gated again.
     Open,
@@ -205,12 +215,15 @@ pub(crate) fn open<P: Protocol>(
 impl<P: Protocol> Driver<P> {
     async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
         loop {
-            if let Some((_, resources)) = self.outbox.front() {
-                if *resources && matches!(self.gate, Gate::Resuming { .. }) && !self.join().await {
+            if let Some(&(_, resources)) = self.outbox.front() {
+                if resources && matches!(self.gate, Gate::Waiting { .. }) && !self.join().await {
                     self.done = true;
                     return Some(Err(Status::unavailable(
                         "the server is shutting down: reconnect",
                     )));
+                }
+                if let Gate::Joining { served, .. } = &mut self.gate {
+                    *served |= resources;
                 }
                 return self.outbox.pop_front().map(|(wire, _)| Ok(wire));
             }
@@ -218,10 +231,18 @@ impl<P: Protocol> Driver<P> {
                 return None;
             }
             // Everything owed was handed to the body; synced once all of it is acknowledged.
-            if matches!(&self.gate, Gate::Joining { unacked, .. } | Gate::Resuming { unacked } if unacked.is_empty())
-            {
-                self.gate = Gate::Open;
-            }
+            self.gate = match std::mem::replace(&mut self.gate, Gate::Open) {
+                Gate::Joining { unacked, served: false, .. } if unacked.is_empty() => {
+                    Gate::Waiting { unacked, resumed: false }
+                }
+                Gate::Joining { unacked, served: true, .. }
+                | Gate::Waiting { unacked, resumed: true }
+                    if unacked.is_empty() =>
+                {
+                    Gate::Open
+                }
+                gate => gate,
+            };
             let timeout = lock(&self.core.0).poll_timeout();
             tokio::select! {
                 biased;
@@ -233,7 +254,7 @@ impl<P: Protocol> Driver<P> {
                     Ok(Some(request)) => {
                         if matches!(self.gate, Gate::Fresh) {
                             if P::resumes(&request) {
-                                self.gate = Gate::Resuming { unacked: BTreeSet::new() };
+                                self.gate = Gate::Waiting { unacked: BTreeSet::new(), resumed: true };
                             } else if !self.join().await {
                                 self.done = true;
                                 return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
@@ -291,10 +312,10 @@ impl<P: Protocol> Driver<P> {
             let _ = tokio::time::timeout(hold, released).await;
         });
         let unacked = match std::mem::replace(&mut self.gate, Gate::Open) {
-            Gate::Resuming { unacked } => unacked,
+            Gate::Waiting { unacked, .. } => unacked,
             _ => BTreeSet::new(),
         };
-        self.gate = Gate::Joining { _release: release, unacked };
+        self.gate = Gate::Joining { _release: release, unacked, served: false };
         true
     }
 
@@ -422,7 +443,7 @@ impl<P: Protocol> Driver<P> {
         if events.is_empty() {
             return;
         }
-        if let Gate::Joining { unacked, .. } | Gate::Resuming { unacked } = &mut self.gate {
+        if let Gate::Joining { unacked, .. } | Gate::Waiting { unacked, .. } = &mut self.gate {
             for event in &events {
                 match event {
                     proto::Event::Sent { type_key, .. } => {
