@@ -344,7 +344,7 @@ mod leds {
     }
 
     /// The one endpoint of [`cla`] on `port`, as an LEDS resource.
-    fn endpoint(port: u32) -> LbEndpoint {
+    pub(super) fn endpoint(port: u32) -> LbEndpoint {
         cla("x", port).endpoints.remove(0).lb_endpoints.remove(0)
     }
 
@@ -466,4 +466,43 @@ async fn o01_leds_members_follow_the_assignment_that_names_their_collection() {
         }
     }
     assert_eq!(order, [url(EDS), url(LEDS), url(LDS)], "assignment, members, listener");
+}
+
+/// Rule C2 through a `LinearCache` behind a `MuxCache`: 10,000 members in one collection, and a
+/// change of one of them sends exactly that one.
+#[tokio::test]
+async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
+    use xds_proto::EncodedResource;
+    let snapshots = SnapshotCache::by_node_id();
+    let mut b = xds_cache::Snapshot::builder();
+    b.add(&cluster("svc", "1")).expect("cluster");
+    b.add(&leds_cla("svc", &member("*"), 0)).expect("cla");
+    snapshots.set_snapshot("n1", b.build());
+    let members = LinearCache::new(LEDS);
+    for i in 0..10_000u32 {
+        let r = EncodedResource::named(&member(&format!("e{i:05}")), &endpoint(1000 + i % 50_000));
+        members.upsert_encoded(r.expect("encode")).expect("upsert");
+    }
+    let other = "xdstp://auth.example/envoy.config.endpoint.v3.LbEndpoint/other/zone-a/e1?env=prod";
+    members
+        .upsert_encoded(EncodedResource::named(other, &endpoint(7)).expect("lb"))
+        .expect("upsert");
+    let mux = xds_cache::MuxCache::new().route(LEDS, members.clone()).fallback(snapshots);
+    let t = serve(mux).await;
+    let (mut ads, glob) = subscribe_all(&t).await;
+    ads.subscribe(LEDS, &[&glob], &[]).await;
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(r.resources.len(), 10_000);
+    assert!(r.resources.iter().all(|x| x.name != other));
+    ads.ack(&r).await;
+    let changed = member("e04321");
+    members
+        .upsert_encoded(EncodedResource::named(&changed, &endpoint(9)).expect("lb"))
+        .expect("upsert");
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), std::slice::from_ref(&changed));
+    ads.ack(&r).await;
+    assert!(members.delete(&changed));
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(r.removed_resources, [changed]);
 }
