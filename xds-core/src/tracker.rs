@@ -354,6 +354,8 @@ impl<R: Resource> Tracker<R> {
         let set = if traits.aliases { None } else { view.resource_set() };
         let set = set.filter(|set| !set.any_ttl());
         let answer_owed = !self.forced_globs.is_empty();
+        // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
+        let new_globs: Vec<String> = self.forced_globs.iter().cloned().collect();
         let mut diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
             self.first_diff(sub, view, set.as_ref())
         } else {
@@ -361,6 +363,7 @@ impl<R: Resource> Tracker<R> {
             self.compare_all(sub, traits, view, set.as_ref(), removals)
         };
         diff.answer_owed = answer_owed;
+        diff.recheck.extend(new_globs);
         self.forced.clear();
         self.forced_globs.clear();
         if sub.is_empty() && self.holds_nothing() {
@@ -578,6 +581,12 @@ impl<R: Resource> Tracker<R> {
         out: &mut Compared<R>,
     ) {
         let Compared { send, diff } = out;
+        if sub.has_glob(name) {
+            // A subscribed glob reported as changed: an error may have been attached to it
+            // (rule C4). It is not a resource of its own.
+            diff.recheck.push(name.to_owned());
+            return;
+        }
         let explicit = sub.has_name(name);
         let direct = view.get(name);
         // Rule C2: a member of a subscribed glob is wanted while it exists.

@@ -467,3 +467,22 @@ fn c02_globs_count_against_the_subscription_limit() {
     let _ = s.handle_request(delta(&[], &[&lb("x/*")], ""));
     assert_eq!(s.name_count(), 2);
 }
+
+#[test]
+fn c04_an_error_attached_to_a_glob_names_the_glob() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[(&lb("svc/a"), "1")]);
+    view.set_error(&lb("svc/*"), code::UNAVAILABLE, "partial inventory");
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("svc/*")], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), [lb("svc/a")], "the members still go out");
+    assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::UNAVAILABLE)]);
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none(), "sent once");
+    // Attached while subscribed: told through the change log.
+    view.set_error(&lb("svc/*"), code::INTERNAL, "worse");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::INTERNAL)]);
+    assert!(r.resources.is_empty());
+}
