@@ -57,6 +57,31 @@ pub(crate) struct Table {
     /// Index entries `collect_tombstones` has looked at: the work a deletion costs, for tests.
     #[cfg(test)]
     scanned: usize,
+    /// Index entries `for_each_member` has looked at, for tests.
+    #[cfg(test)]
+    member_steps: Steps,
+}
+
+/// A counter of steps for tests, readable through `&self`.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct Steps(std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl Clone for Steps {
+    fn clone(&self) -> Self {
+        Steps::default()
+    }
+}
+
+#[cfg(test)]
+impl Steps {
+    fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn get(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The shared set of a table's resources, built on first use after each change: readers after
@@ -252,6 +277,24 @@ impl View for Table {
         self.errors.as_ref()?.get(name).map(|(e, _)| e.clone())
     }
 
+    /// Rule C2: a range over the names that start with the glob's prefix (the table is ordered
+    /// by normal-form name), keeping those whose leaf is one segment and whose context
+    /// parameters are exactly the glob's: O(log n + names under the prefix), never a scan.
+    fn for_each_member(&self, glob: &str, f: &mut dyn FnMut(&EncodedResource)) {
+        let Some((prefix, _)) = xds_core::xdstp::glob_prefix(glob) else { return };
+        let under = self
+            .entries
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(name, _)| name.starts_with(prefix));
+        #[cfg(test)]
+        let under = under.inspect(|_| self.member_steps.add());
+        for (name, entry) in under {
+            if xds_core::xdstp::is_member(name, glob) {
+                f(&entry.resource);
+            }
+        }
+    }
+
     fn for_each(&self, f: &mut dyn FnMut(&EncodedResource)) {
         for entry in self.entries.values() {
             f(&entry.resource);
@@ -408,5 +451,50 @@ mod tests {
             [("a".to_string(), a), ("c".to_string(), cluster("c", "1"))].into_iter().collect();
         assert_eq!(t.replace_all(&next), 2);
         assert_eq!(changed(&t, r), Some(vec!["b".into(), "c".into()]));
+    }
+
+    fn lb(name: &str, port: u32) -> EncodedResource {
+        use xds_proto::pb::envoy::config::core::v3::{
+            Address, SocketAddress, address, socket_address,
+        };
+        use xds_proto::pb::envoy::config::endpoint::v3::{Endpoint, LbEndpoint, lb_endpoint};
+        let address = Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: "10.0.0.1".into(),
+                port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                ..Default::default()
+            })),
+        };
+        let endpoint = LbEndpoint {
+            host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                address: Some(address),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        EncodedResource::named(name, &endpoint).unwrap()
+    }
+
+    /// Rule C2: a glob's members come from a range over the ordered index, and only the names
+    /// under the glob's prefix are looked at, not the table.
+    #[test]
+    fn c02_glob_members_are_a_range_lookup_not_a_scan() {
+        const T: &str = "envoy.config.endpoint.v3.LbEndpoint";
+        let mut t = Table::default();
+        for i in 0..5_000 {
+            t.upsert(lb(&format!("xdstp://a/{T}/other/e{i:05}?k=v"), 1));
+        }
+        for i in 0..10 {
+            t.upsert(lb(&format!("xdstp://a/{T}/svc/e{i}?k=v"), 1));
+        }
+        t.upsert(lb(&format!("xdstp://a/{T}/svc/e0?k=w"), 1));
+        t.upsert(lb(&format!("xdstp://a/{T}/svc/deeper/e0?k=v"), 1));
+        let mut got = Vec::new();
+        t.for_each_member(&format!("xdstp://a/{T}/svc/*?k=v"), &mut |r| {
+            got.push(r.name().to_owned())
+        });
+        let want: Vec<String> = (0..10).map(|i| format!("xdstp://a/{T}/svc/e{i}?k=v")).collect();
+        assert_eq!(got, want, "exact parameters, one segment");
+        assert!(t.member_steps.get() <= 12, "{} entries looked at", t.member_steps.get());
     }
 }

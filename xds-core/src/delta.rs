@@ -55,13 +55,18 @@ impl Protocol for Delta {
                 }
             }
         }
+        // Rule C2: a (re)subscribed glob's members are all sent, and the glob is answered even
+        // when it has none.
+        for glob in request.subscribe.iter().filter(|name| sub.subscription.has_glob(name)) {
+            sub.tracker.force_glob(glob);
+        }
         sub.tracker.subscription_shrank(&change, &sub.subscription);
         if !sub.subscription.is_wildcard() {
             // Rule D7 is about what the client subscribes to: a declared name outside the
-            // subscription is forgotten, as the client drops what it does not subscribe to.
-            // Kept, a removal of it could be put off (rule O1) and the server would go on
-            // believing the client holds it.
-            declared_names.retain(|name| !sub.subscription.has_name(name));
+            // subscription (by name or through a glob, rule C2) is forgotten, as the client
+            // drops what it does not subscribe to. Kept, a removal of it could be put off
+            // (rule O1) and the server would go on believing the client holds it.
+            declared_names.retain(|name| !sub.subscription.covers(name));
             sub.tracker.forget(&declared_names, &sub.subscription);
         }
         Handled { kind, subscribed: change.added, unsubscribed: change.removed }
@@ -76,7 +81,7 @@ impl Protocol for Delta {
         let (diff, resource_errors) = sub.diff(view, defer_removals);
         // A wildcard's first response is owed even when empty: the client knows it has everything.
         let first_wildcard = !sub.responded && sub.subscription.is_wildcard();
-        if diff.is_empty() && resource_errors.is_empty() && !first_wildcard {
+        if diff.is_empty() && resource_errors.is_empty() && !first_wildcard && !diff.answer_owed {
             return None;
         }
         // Both lists are in name order: merged, a name found under the name wins over its

@@ -136,7 +136,12 @@ impl Naming {
         self.spellings.clear();
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            match self.normal(&name) {
+            // Rule C2: glob collections are delta-only; on SotW a glob is refused like any
+            // other name the server cannot take.
+            let normal = self.normal(&name).and_then(|normal| {
+                if xdstp::is_glob_name(&normal) { Err(XdstpError::GlobOnSotw) } else { Ok(normal) }
+            });
+            match normal {
                 Ok(normal) => {
                     if normal != name {
                         self.spellings.insert(normal.clone(), name);

@@ -75,6 +75,22 @@ pub trait View {
     /// Calls `f` with every resource, for wildcard subscriptions.
     fn for_each(&self, f: &mut dyn FnMut(&Self::Resource));
 
+    /// Calls `f` with every member of the glob collection `glob` (rule C2): every resource whose
+    /// normal-form name [`is_member`](crate::xdstp::is_member) of the normal-form `glob`.
+    ///
+    /// The core asks when a client subscribes to a glob (and on full comparisons); a change to
+    /// one member reaches its subscribers through [`changed_since`](Self::changed_since) and
+    /// never calls this. The default scans [`for_each`](Self::for_each): correct, O(resources)
+    /// per call. A view keyed in name order should answer with a range from
+    /// [`glob_prefix`](crate::xdstp::glob_prefix) (O(log n + members)), as the caches do.
+    fn for_each_member(&self, glob: &str, f: &mut dyn FnMut(&Self::Resource)) {
+        self.for_each(&mut |r| {
+            if crate::xdstp::is_member(r.name(), glob) {
+                f(r);
+            }
+        });
+    }
+
     /// Calls `f` with the name of every resource created, changed or deleted after `revision`
     /// (a name may be reported that in the end did not change). Returns `false`, having called
     /// nothing, when the view cannot tell (the revision is too old or from another source); the core
@@ -133,6 +149,20 @@ impl<R: Resource> ResourceSet<R> {
     pub fn get(&self, name: &str) -> Option<&R> {
         let all = &self.0.resources;
         all.binary_search_by(|r| r.name().cmp(name)).ok().map(|i| &all[i])
+    }
+
+    /// The members of the glob collection `glob` (rule C2), in name order: a binary search for
+    /// the glob's prefix and a walk over the names that share it.
+    pub fn members<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a R> + 'a {
+        let all = &self.0.resources;
+        let (prefix, start) = match crate::xdstp::glob_prefix(glob) {
+            Some((prefix, _)) => (prefix, all.partition_point(|r| r.name() < prefix)),
+            None => ("", all.len()),
+        };
+        all[start..]
+            .iter()
+            .take_while(move |r| r.name().starts_with(prefix))
+            .filter(move |r| crate::xdstp::is_member(r.name(), glob))
     }
 
     /// The resources, in name order.

@@ -3,6 +3,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::xdstp::is_glob_name;
+
 /// The name that subscribes to every resource of a wildcard-capable type (rule S10).
 pub const WILDCARD: &str = "*";
 
@@ -39,6 +41,13 @@ pub struct Subscription {
     /// The wrapping sum of a 128-bit hash of each name: recognises a SotW request that repeats
     /// the set (as every ACK does) in one pass over its bytes, without a lookup per name.
     digest: u128,
+    /// Glob collections (rule C2, delta only), normal forms: each covers every resource that is
+    /// its member. Kept apart from `names`, so that every path over explicit names (and a
+    /// subscription without globs) is as it was; shared like `names`, as a proxy with LEDS
+    /// subscribes to one glob per locality of every cluster.
+    globs: Arc<BTreeSet<String>>,
+    /// `digest` of `globs`.
+    glob_digest: u128,
 }
 
 /// A 128-bit hash of a name ([`crate::digest::hash`]).
@@ -158,9 +167,32 @@ impl Subscription {
         self.names.contains(name)
     }
 
+    /// The subscribed glob collections (rule C2), normal forms, sorted.
+    pub fn globs(&self) -> &BTreeSet<String> {
+        &self.globs
+    }
+
+    /// Whether the glob collection `glob` (normal form) is subscribed.
+    pub fn has_glob(&self, glob: &str) -> bool {
+        self.globs.contains(glob)
+    }
+
+    /// Whether `name` is a member of a subscribed glob collection (rule C2). Free for a
+    /// subscription without globs; otherwise one string split and one lookup.
+    pub fn in_glob(&self, name: &str) -> bool {
+        !self.globs.is_empty()
+            && crate::xdstp::collection_of(name).is_some_and(|glob| self.globs.contains(&glob))
+    }
+
+    /// Whether the subscription wants the resource `name`: by the wildcard, by name, or as a
+    /// member of a subscribed glob.
+    pub fn covers(&self, name: &str) -> bool {
+        self.is_wildcard() || self.names.contains(name) || self.in_glob(name)
+    }
+
     /// Whether nothing is subscribed (rule S9: an empty set means no interest).
     pub fn is_empty(&self) -> bool {
-        !self.is_wildcard() && self.names.is_empty()
+        !self.is_wildcard() && self.names.is_empty() && self.globs.is_empty()
     }
 
     /// Replaces the subscription with a SotW request's full set (rules S8, S9, S10).
@@ -222,7 +254,7 @@ impl Subscription {
             // in one go, as a bulk-loaded tree, rather than name by name.
             let names: BTreeSet<String> = subscribe
                 .iter()
-                .filter(|name| !(wildcard_capable && *name == WILDCARD))
+                .filter(|name| !(is_glob_name(name) || (wildcard_capable && *name == WILDCARD)))
                 .cloned()
                 .collect();
             change.added.extend(names.iter().cloned());
@@ -231,10 +263,15 @@ impl Subscription {
             if wildcard_capable && subscribe.iter().any(|name| name == WILDCARD) {
                 self.wildcard = Wildcard::Explicit;
             }
+            for glob in subscribe.iter().filter(|name| is_glob_name(name)) {
+                self.add_glob(glob, &mut change);
+            }
         } else {
             for name in subscribe {
                 if wildcard_capable && name == WILDCARD {
                     self.wildcard = Wildcard::Explicit;
+                } else if is_glob_name(name) {
+                    self.add_glob(name, &mut change);
                 } else if !self.names.contains(name) {
                     Arc::make_mut(&mut self.names).insert(name.clone());
                     self.digest = self.digest.wrapping_add(name_hash(name));
@@ -249,6 +286,13 @@ impl Subscription {
         for name in unsubscribe {
             if wildcard_capable && name == WILDCARD {
                 self.wildcard = Wildcard::None;
+            } else if self.globs.contains(name) {
+                Arc::make_mut(&mut self.globs).remove(name);
+                self.glob_digest = self.glob_digest.wrapping_sub(name_hash(name));
+                match change.added.iter().position(|n| n == name) {
+                    Some(i) => drop(change.added.swap_remove(i)),
+                    None => change.removed.push(name.clone()),
+                }
             } else if self.names.contains(name) {
                 Arc::make_mut(&mut self.names).remove(name);
                 self.digest = self.digest.wrapping_sub(name_hash(name));
@@ -263,9 +307,19 @@ impl Subscription {
         change.removed.sort();
         if change.added.len() + change.removed.len() >= MIN_SHARED {
             self.names = share(std::mem::take(&mut self.names), self.digest);
+            self.globs = share(std::mem::take(&mut self.globs), self.glob_digest);
         }
         change.mark_wildcard(was_wildcard, self.is_wildcard());
         change
+    }
+
+    /// Adds a glob collection (rule C2) to the subscription, recording it in `change`.
+    fn add_glob(&mut self, glob: &str, change: &mut Change) {
+        if !self.globs.contains(glob) {
+            Arc::make_mut(&mut self.globs).insert(glob.to_owned());
+            self.glob_digest = self.glob_digest.wrapping_add(name_hash(glob));
+            change.added.push(glob.to_owned());
+        }
     }
 
     fn change_from(&self, before: &Subscription) -> Change {

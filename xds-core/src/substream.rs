@@ -171,10 +171,13 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         (diff, errors)
     }
 
-    /// How many names the sub-stream remembers for the client: its subscription, and the names it
-    /// refused (rule C1) and keeps so as to tell of them once. What a stream limits.
+    /// How many names the sub-stream remembers for the client: its subscription (names and glob
+    /// collections), and the names it refused (rule C1) and keeps so as to tell of them once.
+    /// What a stream limits.
     pub fn name_count(&self) -> usize {
-        self.subscription.names().len() + self.naming.refused_len()
+        self.subscription.names().len()
+            + self.subscription.globs().len()
+            + self.naming.refused_len()
     }
 
     /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an

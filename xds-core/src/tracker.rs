@@ -37,6 +37,10 @@ pub(crate) struct Tracker<R> {
     ttls: BTreeMap<Arc<str>, std::time::Duration>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
     pub(crate) forced: BTreeSet<String>,
+    /// Glob collections (rule C2) subscribed since the last comparison: their members are sent
+    /// in the next response (rule D2), and that response is owed even when the collection has
+    /// no member, so that the client is not left waiting for its timeout.
+    pub(crate) forced_globs: BTreeSet<String>,
     /// Removals put off by [`Removals::Defer`], to look at again.
     pub(crate) deferred: BTreeSet<String>,
     /// The view revision the held state was last compared at; `None`: compare everything.
@@ -50,6 +54,7 @@ impl<R> Default for Tracker<R> {
             base: None,
             ttls: BTreeMap::new(),
             forced: BTreeSet::new(),
+            forced_globs: BTreeSet::new(),
             deferred: BTreeSet::new(),
             synced: None,
         }
@@ -69,6 +74,8 @@ pub(crate) struct Diff<R> {
     /// Subscribed names the client already holds as absent that the view reported as changed:
     /// an error may have been attached to them since (rule C4).
     pub(crate) recheck: Vec<String>,
+    /// A glob collection was subscribed: a response is owed even if it carries nothing (rule C2).
+    pub(crate) answer_owed: bool,
 }
 
 impl<R> Diff<R> {
@@ -84,9 +91,24 @@ struct Compared<R> {
     diff: Diff<R>,
 }
 
-/// Whether `name` is covered by the subscription, and so by a tracker's base.
+/// Whether `name` is covered by the subscription (the wildcard, its name, or a glob it is a
+/// member of: rule C2), and so by a tracker's base.
 fn covers(sub: &Subscription, name: &str) -> bool {
-    sub.is_wildcard() || sub.has_name(name)
+    sub.covers(name)
+}
+
+/// Calls `f` with every member of `glob`: from the shared set when there is one (a binary
+/// search, whatever the view), else from the view's own index (see [`View::for_each_member`]).
+fn each_member<R: Resource, V: View<Resource = R> + ?Sized>(
+    view: &V,
+    set: Option<&ResourceSet<R>>,
+    glob: &str,
+    f: &mut dyn FnMut(&R),
+) {
+    match set {
+        Some(set) => set.members(glob).for_each(f),
+        None => view.for_each_member(glob, f),
+    }
 }
 
 impl<R: Resource> Tracker<R> {
@@ -183,6 +205,14 @@ impl<R: Resource> Tracker<R> {
                     self.held.insert(r.shared_name(), Held::Sent(r.clone()));
                 }
             }
+            // And the members of the globs subscribed before this change (rule C2).
+            for glob in sub.globs().iter().filter(|g| added.binary_search(g).is_err()) {
+                for r in base.members(glob) {
+                    if self.held.get(r.name()).is_none() {
+                        self.held.insert(r.shared_name(), Held::Sent(r.clone()));
+                    }
+                }
+            }
             self.held.retain_held(|held| !matches!(held, HeldRef::Dropped));
             self.base = None;
             return;
@@ -192,10 +222,26 @@ impl<R: Resource> Tracker<R> {
             return;
         }
         for name in change.added_names() {
-            if self.held.get(name).is_none() && base.get(name).is_some() {
+            if sub.has_glob(name) {
+                // A glob's members were not covered before, unless by their own names: the
+                // client holds none of the others, whatever the base says. (These exceptions
+                // go at the next complete comparison, which sends the members.)
+                let base = base.clone();
+                for r in base.members(name) {
+                    if !sub.has_name(r.name()) && self.held.get(r.name()).is_none() {
+                        self.held.insert(r.shared_name(), Held::Dropped);
+                    }
+                }
+            } else if self.held.get(name).is_none() && base.get(name).is_some() {
                 self.held.insert(Arc::from(name.as_str()), Held::Dropped);
             }
         }
+    }
+
+    /// Marks a glob collection that was (re)subscribed: its members are sent in the next
+    /// response (rules C2, D2), except those a reconnecting client declared it holds (D7).
+    pub(crate) fn force_glob(&mut self, glob: &str) {
+        self.forced_globs.insert(glob.to_owned());
     }
 
     /// Forgets what the client held under names (and the wildcard, `*`) that left the
@@ -248,18 +294,32 @@ impl<R: Resource> Tracker<R> {
     /// unless a wildcard still covers it.
     fn unsubscribed(&mut self, name: &str, sub: &Subscription) {
         self.forced.remove(name);
-        if !sub.is_wildcard() {
+        if crate::xdstp::is_glob_name(name) {
+            self.glob_left(name, sub);
+        } else if !covers(sub, name) {
             self.unhold(name, sub);
             self.deferred.remove(name);
         }
     }
 
+    /// Forgets what the client holds of the members of a glob collection that left the
+    /// subscription (rule C2) and that nothing else covers: the client drops them itself. The
+    /// base needs nothing: it covers only what the subscription covers.
+    fn glob_left(&mut self, glob: &str, sub: &Subscription) {
+        self.forced_globs.remove(glob);
+        let gone = |name: &str| crate::xdstp::is_member(name, glob) && !covers(sub, name);
+        self.held.retain(|name| !gone(name));
+        self.ttls.retain(|name, _| !gone(name));
+        self.deferred.retain(|name| !gone(name));
+        self.forced.retain(|name| !gone(name));
+    }
+
     /// Forgets what the client holds of every resource a wildcard delivered but no name asked for.
     /// The base now covers only the subscribed names: nothing to do there.
     fn wildcard_left(&mut self, sub: &Subscription) {
-        self.held.retain(|name| sub.has_name(name));
-        self.ttls.retain(|name, _| sub.has_name(name));
-        self.deferred.retain(|name| sub.has_name(name));
+        self.held.retain(|name| covers(sub, name));
+        self.ttls.retain(|name, _| covers(sub, name));
+        self.deferred.retain(|name| covers(sub, name));
     }
 
     /// Marks subscribed names for resending, whatever the client holds (rule D10: after a
@@ -293,12 +353,19 @@ impl<R: Resource> Tracker<R> {
         // A base is for own-name holdings of plain types: aliases (VHDS) keep per-name state.
         let set = if traits.aliases { None } else { view.resource_set() };
         let set = set.filter(|set| !set.any_ttl());
-        let diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
+        let answer_owed = !self.forced_globs.is_empty();
+        // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
+        let new_globs: Vec<String> = self.forced_globs.iter().cloned().collect();
+        let mut diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
             self.first_diff(sub, view, set.as_ref())
         } else {
-            self.compare_all(sub, traits, view, removals)
+            self.force_glob_members(sub, view, set.as_ref());
+            self.compare_all(sub, traits, view, set.as_ref(), removals)
         };
+        diff.answer_owed = answer_owed;
+        diff.recheck.extend(new_globs);
         self.forced.clear();
+        self.forced_globs.clear();
         if sub.is_empty() && self.holds_nothing() {
             // Nothing to compare, nothing to base (a first poll before the names arrive): the
             // names, when they come, are compared in one pass as a joining client's are.
@@ -312,6 +379,27 @@ impl<R: Resource> Tracker<R> {
             self.rebase(set);
         }
         diff
+    }
+
+    /// Marks the members of newly subscribed globs for sending (rule D2), but not those a
+    /// reconnecting client declared it holds (rule D7: it is sent only what differs).
+    fn force_glob_members<V: View<Resource = R> + ?Sized>(
+        &mut self,
+        sub: &Subscription,
+        view: &V,
+        set: Option<&ResourceSet<R>>,
+    ) {
+        for glob in std::mem::take(&mut self.forced_globs) {
+            if !sub.has_glob(&glob) {
+                continue;
+            }
+            let (held, forced) = (&self.held, &mut self.forced);
+            each_member(view, set, &glob, &mut |r| {
+                if !matches!(held.get(r.name()), Some(HeldRef::Declared(_))) {
+                    forced.insert(r.name().to_owned());
+                }
+            });
+        }
     }
 
     /// The first comparison of a client that holds nothing (a joining client): everything the
@@ -364,6 +452,21 @@ impl<R: Resource> Tracker<R> {
                 }
             }
         }
+        if !sub.globs().is_empty() && !sub.is_wildcard() {
+            // Rule C2: every member of every subscribed glob, found by a range lookup; a member
+            // also subscribed by name is already in `send`.
+            let before = send.len();
+            for glob in sub.globs() {
+                each_member(view, set, glob, &mut |r| {
+                    if !sub.has_name(r.name()) {
+                        send.push((r.clone(), Vec::new()));
+                    }
+                });
+            }
+            if send.len() > before {
+                send.sort_by(|a, b| a.0.name().cmp(b.0.name()));
+            }
+        }
         if set.is_none() {
             for (r, _) in &send {
                 self.hold(r.shared_name(), Held::Sent(r.clone()));
@@ -372,7 +475,7 @@ impl<R: Resource> Tracker<R> {
         for (name, _) in &absent {
             self.hold(Arc::from(name.as_str()), Held::Absent);
         }
-        Diff { send, removed: Vec::new(), absent, recheck: Vec::new() }
+        Diff { send, removed: Vec::new(), absent, recheck: Vec::new(), answer_owed: false }
     }
 
     /// Makes `set` the base after a complete comparison with the view it came from: the client
@@ -403,9 +506,10 @@ impl<R: Resource> Tracker<R> {
         sub: &Subscription,
         traits: TypeTraits,
         view: &V,
+        set: Option<&ResourceSet<R>>,
         removals: Removals,
     ) -> Diff<R> {
-        let candidates = self.candidates(sub, traits, view);
+        let candidates = self.candidates(sub, traits, view, set);
         self.deferred.clear();
         let mut out = Compared {
             send: BTreeMap::new(),
@@ -414,6 +518,7 @@ impl<R: Resource> Tracker<R> {
                 removed: Vec::new(),
                 absent: Vec::new(),
                 recheck: Vec::new(),
+                answer_owed: false,
             },
         };
         for name in candidates {
@@ -432,6 +537,7 @@ impl<R: Resource> Tracker<R> {
         sub: &Subscription,
         traits: TypeTraits,
         view: &V,
+        set: Option<&ResourceSet<R>>,
     ) -> BTreeSet<String> {
         let mut names = BTreeSet::new();
         let incremental = match self.synced {
@@ -446,6 +552,12 @@ impl<R: Resource> Tracker<R> {
                 view.for_each(&mut |r| {
                     names.insert(r.name().to_owned());
                 });
+            } else {
+                for glob in sub.globs() {
+                    each_member(view, set, glob, &mut |r| {
+                        names.insert(r.name().to_owned());
+                    });
+                }
             }
             names.extend(sub.names().iter().cloned());
             names.extend(self.held_versions(sub).map(|(name, _)| name.to_owned()));
@@ -469,9 +581,16 @@ impl<R: Resource> Tracker<R> {
         out: &mut Compared<R>,
     ) {
         let Compared { send, diff } = out;
+        if sub.has_glob(name) {
+            // A subscribed glob reported as changed: an error may have been attached to it
+            // (rule C4). It is not a resource of its own.
+            diff.recheck.push(name.to_owned());
+            return;
+        }
         let explicit = sub.has_name(name);
         let direct = view.get(name);
-        let interested = explicit || (sub.is_wildcard() && direct.is_some());
+        // Rule C2: a member of a subscribed glob is wanted while it exists.
+        let interested = explicit || (direct.is_some() && (sub.is_wildcard() || sub.in_glob(name)));
         let found = match direct {
             Some(r) => Some((r, false)),
             None if traits.aliases && explicit => view.resolve_alias(name).map(|r| (r, true)),

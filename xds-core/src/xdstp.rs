@@ -78,6 +78,9 @@ pub enum XdstpError {
     /// A `#` fragment: processing directives belong to resource locators, not names.
     #[error("xdstp name has a fragment (#...); names carry no processing directives")]
     Fragment,
+    /// A glob collection on a SotW stream: collections are served over delta only (rule C2).
+    #[error("glob collections (xdstp://.../*) are served over delta (incremental) xDS only")]
+    GlobOnSotw,
     /// The name's type segment is not the type of the stream it was sent on.
     #[error("xdstp name is of type {got}, but the stream is of type {expected}")]
     TypeMismatch {
@@ -245,6 +248,67 @@ pub fn normalize(name: &str) -> Result<Cow<'_, str>, XdstpError> {
     Ok(if normal == name { Cow::Borrowed(name) } else { Cow::Owned(normal) })
 }
 
+/// The path of a normal-form `xdstp://` name (`authority/type/id...`) and its query (with its
+/// `?`, or empty), if the path has an authority, a type and an id. Structure characters (`/`, `?`,
+/// `*`) are always escaped inside components in the normal form, so plain string operations
+/// find the structure.
+fn split_normal(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(SCHEME)?;
+    let (path, query) = match rest.find('?') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    (path.bytes().filter(|b| *b == b'/').count() >= 2).then_some((path, query))
+}
+
+/// Whether a normal-form name is a glob collection (rule C2): `xdstp://a/T/p/*[?params]`.
+/// One prefix check for a name that is not `xdstp://`.
+pub fn is_glob_name(name: &str) -> bool {
+    is_xdstp(name) && split_normal(name).is_some_and(|(path, _)| path.ends_with("/*"))
+}
+
+/// The part of a normal-form glob that every member's normal form starts with (up to and
+/// including the last `/` of its path), and its query (with its `?`, or empty), which every
+/// member's query equals. `None` if `glob` is not a glob.
+pub fn glob_prefix(glob: &str) -> Option<(&str, &str)> {
+    let (path, query) = split_normal(glob)?;
+    let path = path.strip_suffix('*').filter(|p| p.ends_with('/'))?;
+    Some((&glob[..SCHEME.len() + path.len()], query))
+}
+
+/// Whether the normal-form `name` is a member of the normal-form glob collection `glob`
+/// (rule C2): the same authority, type and leading id segments, one more segment that is not
+/// `*`, and exactly the same context parameters.
+pub fn is_member(name: &str, glob: &str) -> bool {
+    let Some((prefix, query)) = glob_prefix(glob) else { return false };
+    let Some(rest) = name.strip_prefix(prefix) else { return false };
+    let (leaf, rest_query) = match rest.find('?') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    !leaf.is_empty() && leaf != GLOB && !leaf.contains('/') && rest_query == query
+}
+
+/// The glob collection a normal-form name is a member of, as a normal-form string (the string
+/// form of [`XdstpName::collection`], without parsing): `None` for names that are not
+/// `xdstp://`, and for globs.
+pub fn collection_of(name: &str) -> Option<String> {
+    if !is_xdstp(name) {
+        return None;
+    }
+    let (path, query) = split_normal(name)?;
+    let slash = path.rfind('/')?;
+    let leaf = &path[slash + 1..];
+    if leaf.is_empty() || leaf == GLOB {
+        return None;
+    }
+    let mut glob = String::with_capacity(name.len() + 1);
+    glob.push_str(&name[..SCHEME.len() + slash + 1]);
+    glob.push_str(GLOB);
+    glob.push_str(query);
+    Some(glob)
+}
+
 /// Characters written as they are in the normal form; every other byte is `%XX` (upper-case hex).
 /// RFC 3986's unreserved characters plus the sub-delimiters that carry no meaning in an xdstp name
 /// (`&`, `=`, `*`, `/`, `?`, `#` and `%` are always escaped, so they can never be mistaken for
@@ -370,5 +434,31 @@ mod tests {
         assert!(glob.is_glob());
         assert_eq!(glob.to_string(), format!("xdstp://a/{T}/p/q/*?y=2&z=1"));
         assert_eq!(glob.collection(), None);
+    }
+
+    #[test]
+    fn c02_membership_on_normal_forms_matches_the_parsed_collection() {
+        let glob = format!("xdstp://a/{T}/p/q/*?y=2&z=1");
+        assert!(is_glob_name(&glob) && !is_glob_name(&format!("xdstp://a/{T}/p/q/%2A")));
+        assert!(!is_glob_name("*") && !is_glob_name("p/*"));
+        assert_eq!(glob_prefix(&glob), Some((format!("xdstp://a/{T}/p/q/").as_str(), "?y=2&z=1")));
+        for (name, member) in [
+            (format!("xdstp://a/{T}/p/q/leaf?y=2&z=1"), true),
+            (format!("xdstp://a/{T}/p/q/%2A?y=2&z=1"), true),
+            (format!("xdstp://a/{T}/p/q/leaf?y=2"), false),
+            (format!("xdstp://a/{T}/p/q/leaf?y=2&z=1&zz=3"), false),
+            (format!("xdstp://a/{T}/p/q/r/leaf?y=2&z=1"), false),
+            (format!("xdstp://a/{T}/p/qq/leaf?y=2&z=1"), false),
+            (format!("xdstp://a/{T}/p/q/*?y=2&z=1"), false),
+            (format!("xdstp://b/{T}/p/q/leaf?y=2&z=1"), false),
+        ] {
+            assert_eq!(is_member(&name, &glob), member, "{name}");
+            let parsed = XdstpName::parse(&name).unwrap();
+            let by_parse = parsed.collection().map(|c| c.to_string());
+            assert_eq!(collection_of(&name), by_parse, "{name}");
+            assert_eq!(by_parse.as_deref() == Some(glob.as_str()), member, "{name}");
+        }
+        assert_eq!(collection_of(&format!("xdstp://a/{T}/leaf")), Some(format!("xdstp://a/{T}/*")));
+        assert_eq!(collection_of("plain"), None);
     }
 }

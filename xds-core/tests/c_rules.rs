@@ -246,3 +246,243 @@ fn c03_named_resources_next_to_the_wildcard() {
     view.set("b", "2");
     assert!(s.poll_response(&view, &mut n).is_none(), "b is no longer of interest");
 }
+
+// --- Rule C2: glob collections (delta only) ---
+
+const LB: &str = "envoy.config.endpoint.v3.LbEndpoint";
+
+/// An LEDS name: `xdstp://auth/LbEndpoint/{path}`.
+fn lb(path: &str) -> String {
+    format!("xdstp://auth/{LB}/{path}")
+}
+
+fn leds_sub() -> DeltaSubStream<Res> {
+    let mut s = DeltaSubStream::new(EDS);
+    s.configure_names(Some(LB), false);
+    s
+}
+
+/// Sends what is owed and ACKs it: (present names, removed names).
+fn exchange(
+    s: &mut DeltaSubStream<Res>,
+    view: &impl xds_core::View<Resource = Res>,
+    n: &mut xds_core::Nonces,
+) -> (Vec<String>, Vec<String>) {
+    let Some(r) = s.poll_response(view, n) else { return (Vec::new(), Vec::new()) };
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    (present(&r), r.removed_resources)
+}
+
+/// A view that counts how it is read, over a [`MemView`] without a shared set (so that every
+/// read the core makes goes through it).
+struct Counted {
+    inner: MemView,
+    gets: std::cell::Cell<usize>,
+    scans: std::cell::Cell<usize>,
+}
+
+impl xds_core::View for Counted {
+    type Resource = Res;
+    fn revision(&self) -> u64 {
+        self.inner.revision()
+    }
+    fn version(&self) -> String {
+        String::from("v")
+    }
+    fn get(&self, name: &str) -> Option<Res> {
+        self.gets.set(self.gets.get() + 1);
+        self.inner.get(name)
+    }
+    fn for_each(&self, f: &mut dyn FnMut(&Res)) {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.for_each(f);
+    }
+    fn for_each_member(&self, glob: &str, f: &mut dyn FnMut(&Res)) {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.for_each_member(glob, f);
+    }
+    fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
+        self.inner.changed_since(revision, f)
+    }
+}
+
+#[test]
+fn c02_glob_sends_existing_and_later_members_and_removes_members_that_go() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[
+        (&lb("svc/e1?k=v"), "1"),
+        (&lb("svc/e2?k=v"), "1"),
+        // Not members: other parameters, a deeper path, another collection.
+        (&lb("svc/e3?k=w"), "1"),
+        (&lb("svc/deeper/e4?k=v"), "1"),
+        (&lb("other/e5?k=v"), "1"),
+    ]);
+    let mut s = leds_sub();
+    // The client spells the glob with its parameters in any order (rule C1).
+    let h = s.handle_request(delta(&[&lb("svc/*?k=v")], &[], ""));
+    assert_eq!(h.subscribed, [lb("svc/*?k=v")]);
+    assert!(s.subscription().has_glob(&lb("svc/*?k=v")) && s.subscription().names().is_empty());
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), [lb("svc/e1?k=v"), lb("svc/e2?k=v")]);
+    assert!(absent(&r).is_empty() && r.resource_errors.is_empty(), "a glob is not a name");
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+
+    // A member that appears later is sent; a change elsewhere is not.
+    view.set(&lb("svc/e6?k=v"), "1");
+    view.set(&lb("svc/e3?k=w"), "2");
+    view.set(&lb("other/e5?k=v"), "2");
+    assert_eq!(exchange(&mut s, &view, &mut n), (vec![lb("svc/e6?k=v")], vec![]));
+    // A changed member is sent; a member that goes away is removed.
+    view.set(&lb("svc/e1?k=v"), "2");
+    view.delete(&lb("svc/e2?k=v"));
+    view.delete(&lb("other/e5?k=v"));
+    assert_eq!(exchange(&mut s, &view, &mut n), (vec![lb("svc/e1?k=v")], vec![lb("svc/e2?k=v")]));
+    let held: Vec<_> = s.held().map(|(n, _)| n.to_owned()).collect();
+    assert_eq!(held, [lb("svc/e1?k=v"), lb("svc/e6?k=v")]);
+    // Rule D2: subscribing the glob again resends every member.
+    let _ = s.handle_request(delta(&[&lb("svc/*?k=v")], &[], ""));
+    assert_eq!(exchange(&mut s, &view, &mut n).0, [lb("svc/e1?k=v"), lb("svc/e6?k=v")]);
+}
+
+#[test]
+fn c02_glob_with_no_members_is_answered_at_once() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[(&lb("other/e1"), "1")]);
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("svc/*")], &[], ""));
+    // An empty response: the client's collection is empty, it need not wait for a timeout.
+    let r = s.poll_response(&view, &mut n).expect("the glob is answered");
+    assert!(r.resources.is_empty() && r.removed_resources.is_empty());
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none(), "answered once");
+    view.set(&lb("svc/e1"), "1");
+    assert_eq!(exchange(&mut s, &view, &mut n).0, [lb("svc/e1")]);
+}
+
+#[test]
+fn c02_unsubscribing_the_glob_drops_its_members_except_those_named() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[(&lb("svc/a"), "1"), (&lb("svc/b"), "1"), (&lb("svc/c"), "1")]);
+    for no_set in [false, true] {
+        view.no_set = no_set;
+        let mut s = leds_sub();
+        let _ = s.handle_request(delta(&[&lb("svc/*"), &lb("svc/b")], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, [lb("svc/a"), lb("svc/b"), lb("svc/c")]);
+        let h = s.handle_request(delta(&[], &[&lb("svc/*")], ""));
+        assert_eq!(h.unsubscribed, [lb("svc/*")]);
+        // No removals are sent (the client drops them itself, rule D3); only `b` is still held.
+        assert!(s.poll_response(&view, &mut n).is_none());
+        assert_eq!(s.held().map(|(n, _)| n.to_owned()).collect::<Vec<_>>(), [lb("svc/b")]);
+        let next = if no_set { "3" } else { "2" };
+        view.set(&lb("svc/a"), next);
+        view.set(&lb("svc/b"), next);
+        view.delete(&lb("svc/c"));
+        assert_eq!(exchange(&mut s, &view, &mut n), (vec![lb("svc/b")], vec![]), "no_set {no_set}");
+        // Subscribed again: every member is sent, though the shared set "had" them.
+        let _ = s.handle_request(delta(&[&lb("svc/*")], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, [lb("svc/a"), lb("svc/b")]);
+        view.set(&lb("svc/c"), "1");
+    }
+}
+
+#[test]
+fn c02_glob_member_change_sends_only_that_member() {
+    let mut n = nonces();
+    let mut inner = MemView { no_set: true, ..MemView::default() };
+    for i in 0..10_000 {
+        inner.set(&lb(&format!("big/e{i:05}")), "1");
+    }
+    let view = Counted { inner, gets: 0.into(), scans: 0.into() };
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("big/*")], &[], ""));
+    assert_eq!(exchange(&mut s, &view, &mut n).0.len(), 10_000);
+    let mut view = view;
+    view.inner.set(&lb("big/e04321"), "2");
+    let (gets, scans) = (view.gets.get(), view.scans.get());
+    assert_eq!(exchange(&mut s, &view, &mut n), (vec![lb("big/e04321")], vec![]));
+    // The change was found through the view's change log: one lookup, no walk of the members.
+    assert_eq!(view.scans.get() - scans, 0, "no scan of the collection or the view");
+    assert!(view.gets.get() - gets <= 2, "{} lookups", view.gets.get() - gets);
+}
+
+#[test]
+fn c02_a_glob_client_holding_what_the_view_has_keeps_no_per_resource_state() {
+    let mut n = nonces();
+    let mut view = MemView::default();
+    for i in 0..1_000 {
+        view.set(&lb(&format!("svc/e{i:04}")), "1");
+        view.set(&lb(&format!("other/e{i:04}")), "1");
+    }
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("svc/*")], &[], ""));
+    assert_eq!(exchange(&mut s, &view, &mut n).0.len(), 1_000);
+    assert_eq!(s.held_exceptions(), 0, "the shared set stands for every member");
+    assert_eq!(s.held().count(), 1_000, "and only for members");
+    view.set(&lb("svc/e0007"), "2");
+    view.delete(&lb("svc/e0009"));
+    assert_eq!(exchange(&mut s, &view, &mut n), (vec![lb("svc/e0007")], vec![lb("svc/e0009")]));
+    assert_eq!(s.held_exceptions(), 0);
+    // A second glob on a client that already has a base: its members are sent, not assumed held.
+    let _ = s.handle_request(delta(&[&lb("other/*")], &[], ""));
+    assert_eq!(exchange(&mut s, &view, &mut n).0.len(), 1_000);
+    assert_eq!((s.held_exceptions(), s.held().count()), (0, 1_999));
+}
+
+#[test]
+fn c02_reconnect_declares_members_and_gets_only_what_differs() {
+    let mut n = nonces();
+    let view = MemView::with(&[(&lb("svc/a"), "1"), (&lb("svc/b"), "2"), (&lb("svc/new"), "1")]);
+    let mut s = leds_sub();
+    let mut req = delta(&[&lb("svc/*")], &[], "");
+    req.initial_resource_versions = BTreeMap::from([
+        (lb("svc/a"), "1".to_owned()),
+        (lb("svc/b"), "1".to_owned()),
+        (lb("svc/gone"), "1".to_owned()),
+    ]);
+    let _ = s.handle_request(req);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), [lb("svc/b"), lb("svc/new")], "rule D7 through the glob");
+    assert_eq!(r.removed_resources, [lb("svc/gone")]);
+}
+
+#[test]
+fn c02_glob_in_sotw_is_refused_per_resource() {
+    let mut n = nonces();
+    let view = MemView::with(&[(&lb("svc/a"), "1"), ("plain", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    s.configure_names(Some(LB), false);
+    let _ = s.handle_request(sotw(&[&lb("svc/*"), "plain"], "", ""));
+    assert!(s.subscription().globs().is_empty());
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["plain"]);
+    assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::INVALID_ARGUMENT)]);
+    assert!(r.resource_errors[0].error.message.contains("delta"));
+}
+
+#[test]
+fn c02_globs_count_against_the_subscription_limit() {
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("svc/*"), &lb("x/*"), &lb("svc/a")], &[], ""));
+    assert_eq!(s.name_count(), 3);
+    let _ = s.handle_request(delta(&[], &[&lb("x/*")], ""));
+    assert_eq!(s.name_count(), 2);
+}
+
+#[test]
+fn c04_an_error_attached_to_a_glob_names_the_glob() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[(&lb("svc/a"), "1")]);
+    view.set_error(&lb("svc/*"), code::UNAVAILABLE, "partial inventory");
+    let mut s = leds_sub();
+    let _ = s.handle_request(delta(&[&lb("svc/*")], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), [lb("svc/a")], "the members still go out");
+    assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::UNAVAILABLE)]);
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    assert!(s.poll_response(&view, &mut n).is_none(), "sent once");
+    // Attached while subscribed: told through the change log.
+    view.set_error(&lb("svc/*"), code::INTERNAL, "worse");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::INTERNAL)]);
+    assert!(r.resources.is_empty());
+}

@@ -22,6 +22,13 @@ pub enum ResourceType {
     Cluster,
     /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment` (named by `cluster_name`).
     ClusterLoadAssignment,
+    /// LEDS (delta only): `envoy.config.endpoint.v3.LbEndpoint`, the members of the glob
+    /// collection a ClusterLoadAssignment's `leds_cluster_locality_config` names (rule C2).
+    /// Right after the ClusterLoadAssignment (rule O1): a client subscribes to the collection only
+    /// once it has read the assignment that names it, and the endpoints come before the listeners
+    /// and routes that send traffic to their cluster. Member removals are not put off: a member
+    /// that leaves is an endpoint leaving its locality, which a client must hear of at once.
+    LbEndpoint,
     /// LDS: `envoy.config.listener.v3.Listener`.
     Listener,
     /// RDS: `envoy.config.route.v3.RouteConfiguration`.
@@ -34,8 +41,6 @@ pub enum ResourceType {
     Runtime,
     /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`.
     TypedExtensionConfig,
-    /// LEDS (delta only): `envoy.config.endpoint.v3.LbEndpoint`.
-    LbEndpoint,
 }
 
 impl ResourceType {
@@ -44,13 +49,13 @@ impl ResourceType {
         ResourceType::Secret,
         ResourceType::Cluster,
         ResourceType::ClusterLoadAssignment,
+        ResourceType::LbEndpoint,
         ResourceType::Listener,
         ResourceType::RouteConfiguration,
         ResourceType::ScopedRouteConfiguration,
         ResourceType::VirtualHost,
         ResourceType::Runtime,
         ResourceType::TypedExtensionConfig,
-        ResourceType::LbEndpoint,
     ];
 
     /// The full protobuf message name, e.g. `envoy.config.cluster.v3.Cluster`.
@@ -395,13 +400,13 @@ mod tests {
             Secret::type_url(),
             Cluster::type_url(),
             ClusterLoadAssignment::type_url(),
+            LbEndpoint::type_url(),
             Listener::type_url(),
             RouteConfiguration::type_url(),
             ScopedRouteConfiguration::type_url(),
             VirtualHost::type_url(),
             Runtime::type_url(),
             crate::pb::envoy::config::core::v3::TypedExtensionConfig::type_url(),
-            LbEndpoint::type_url(),
         ];
         for (t, url) in ResourceType::ALL.into_iter().zip(generated) {
             assert_eq!(t.type_url(), url);
@@ -418,6 +423,9 @@ mod tests {
         assert_eq!(sorted, ResourceType::ALL);
         assert!(ResourceType::Secret < ResourceType::Cluster);
         assert!(ResourceType::Cluster < ResourceType::ClusterLoadAssignment);
+        // LEDS members right after the assignment that names their collection (rule C2).
+        assert!(ResourceType::ClusterLoadAssignment < ResourceType::LbEndpoint);
+        assert!(ResourceType::LbEndpoint < ResourceType::Listener);
         assert!(ResourceType::ClusterLoadAssignment < ResourceType::Listener);
         assert!(ResourceType::Listener < ResourceType::RouteConfiguration);
         assert!(ResourceType::RouteConfiguration < ResourceType::VirtualHost);

@@ -292,3 +292,217 @@ async fn c05_control_plane_identifier_on_every_response() {
     let d = delta.recv_type(CDS).await;
     assert_eq!(d.control_plane.map(|c| c.identifier), Some("replica-7".into()));
 }
+
+// --- Rule C2 and LEDS: glob collections of LbEndpoint over delta ADS ---
+
+mod leds {
+    use prost::Message;
+    use xds_cache::{Snapshot, SnapshotCache};
+    use xds_proto::EncodedResource;
+    use xds_proto::ResourceType;
+    use xds_proto::pb::envoy::config::core::v3::{
+        AggregatedConfigSource, ConfigSource, config_source,
+    };
+    use xds_proto::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, LbEndpoint, LedsClusterLocalityConfig, LocalityLbEndpoints,
+        locality_lb_endpoints,
+    };
+
+    use super::*;
+
+    pub(super) const LEDS: ResourceType = ResourceType::LbEndpoint;
+    const LB_TYPE: &str = "envoy.config.endpoint.v3.LbEndpoint";
+
+    /// A member (or, with `*`, the glob) of the `svc` locality's collection.
+    pub(super) fn member(leaf: &str) -> String {
+        format!("xdstp://auth.example/{LB_TYPE}/svc/zone-a/{leaf}?env=prod")
+    }
+
+    /// A ClusterLoadAssignment whose one locality takes its endpoints from the LEDS glob
+    /// collection `glob`, over ADS; `tag` changes its content.
+    pub(super) fn leds_cla(cluster: &str, glob: &str, tag: u32) -> ClusterLoadAssignment {
+        let ads = ConfigSource {
+            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                AggregatedConfigSource::default(),
+            )),
+            ..Default::default()
+        };
+        ClusterLoadAssignment {
+            cluster_name: cluster.into(),
+            endpoints: vec![LocalityLbEndpoints {
+                priority: tag,
+                lb_config: Some(locality_lb_endpoints::LbConfig::LedsClusterLocalityConfig(
+                    LedsClusterLocalityConfig {
+                        leds_config: Some(ads),
+                        leds_collection_name: glob.into(),
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// The one endpoint of [`cla`] on `port`, as an LEDS resource.
+    pub(super) fn endpoint(port: u32) -> LbEndpoint {
+        cla("x", port).endpoints.remove(0).lb_endpoints.remove(0)
+    }
+
+    /// A snapshot with cluster `svc`, its LEDS assignment, the members `leaves` (with their
+    /// ports) and one resource of another collection.
+    pub(super) fn leds_snapshot(cla_tag: u32, leaves: &[(&str, u32)]) -> Snapshot {
+        let mut b = Snapshot::builder();
+        b.add(&cluster("svc", "1")).expect("cluster");
+        // A listener whose route changes with the assignment, for the ordering test.
+        b.add(&rds_listener("l1", &format!("route-{cla_tag}"))).expect("listener");
+        b.add(&leds_cla("svc", &member("*"), cla_tag)).expect("cla");
+        for (leaf, port) in leaves {
+            b.add_encoded(EncodedResource::named(&member(leaf), &endpoint(*port)).expect("lb"));
+        }
+        let other = format!("xdstp://auth.example/{LB_TYPE}/other/zone-a/e1?env=prod");
+        b.add_encoded(EncodedResource::named(&other, &endpoint(9)).expect("lb"));
+        b.build()
+    }
+
+    /// Subscribes CDS, then EDS, then the LEDS glob the assignment names, as Envoy does, and
+    /// returns the stream with everything ACKed and the glob.
+    pub(super) async fn subscribe_all(t: &TestServer) -> (Delta, String) {
+        let mut ads = Delta::ads(t, "n1").await;
+        ads.subscribe(CDS, &[], &[]).await;
+        let r = ads.recv_type(CDS).await;
+        assert_eq!(delta_names(&r), ["svc"]);
+        ads.ack(&r).await;
+        ads.subscribe(EDS, &["svc"], &[]).await;
+        let r = ads.recv_type(EDS).await;
+        ads.ack(&r).await;
+        let body = r.resources[0].resource.as_ref().expect("a body");
+        let assignment = ClusterLoadAssignment::decode(body.value.as_slice()).expect("cla");
+        let glob = match &assignment.endpoints[0].lb_config {
+            Some(locality_lb_endpoints::LbConfig::LedsClusterLocalityConfig(c)) => {
+                c.leds_collection_name.clone()
+            }
+            other => panic!("no LEDS config: {other:?}"),
+        };
+        assert_eq!(glob, member("*"));
+        (ads, glob)
+    }
+
+    pub(super) fn new_cache(leaves: &[(&str, u32)]) -> SnapshotCache {
+        let cache = SnapshotCache::by_node_id();
+        cache.set_snapshot("n1", leds_snapshot(0, leaves));
+        cache
+    }
+}
+
+use leds::*;
+
+#[tokio::test]
+async fn c02_leds_glob_over_delta_ads_members_added_removed_and_unsubscribed() {
+    let cache = new_cache(&[("e1", 81), ("e2", 82)]);
+    let t = serve(cache.clone()).await;
+    let (mut ads, glob) = subscribe_all(&t).await;
+    ads.subscribe(LEDS, &[&glob], &[]).await;
+    let r = ads.recv_type(LEDS).await;
+    // Exactly the members: not the other collection's endpoint, not the glob itself.
+    assert_eq!(delta_names(&r), [member("e1"), member("e2")]);
+    assert!(delta_absent(&r).is_empty() && r.resource_errors.is_empty());
+    ads.ack(&r).await;
+
+    // A member that appears is sent, alone.
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e1", 81), ("e2", 82), ("e3", 83)]));
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!((delta_names(&r), r.removed_resources.clone()), (vec![member("e3")], vec![]));
+    ads.ack(&r).await;
+    // A member that goes away is removed.
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e2", 82), ("e3", 83)]));
+    let r = ads.recv_type(LEDS).await;
+    assert!(delta_names(&r).is_empty());
+    assert_eq!(r.removed_resources, [member("e1")]);
+    ads.ack(&r).await;
+
+    // Unsubscribed: no member is of interest any more.
+    ads.subscribe(LEDS, &[], &[&glob]).await;
+    ads.expect_quiet().await;
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e2", 92), ("e4", 84)]));
+    ads.expect_quiet().await;
+}
+
+#[tokio::test]
+async fn c02_leds_glob_on_sotw_is_refused_per_resource() {
+    let cache = new_cache(&[("e1", 81)]);
+    let t = serve(cache).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.send(sotw_request(EDS, &["svc".to_owned(), member("*")])).await;
+    let r = ads.recv_type(EDS).await;
+    assert_eq!(sotw_names(&r), ["svc"]);
+    assert_eq!(sotw_errors(&r), [(member("*"), code::INVALID_ARGUMENT)]);
+}
+
+/// Rule O1 for LEDS: on ADS, one update that changes a ClusterLoadAssignment, members of the
+/// collection it names and a listener sends the assignment first, then the members, then the
+/// listener (endpoints before what routes traffic to them); a member that goes away is removed
+/// in the same round (it is an endpoint leaving its locality, not a cluster leaving).
+#[tokio::test]
+async fn o01_leds_members_follow_the_assignment_that_names_their_collection() {
+    let cache = new_cache(&[("e1", 81), ("e2", 82)]);
+    let t = serve(cache.clone()).await;
+    let (mut ads, glob) = subscribe_all(&t).await;
+    ads.subscribe(LEDS, &[&glob], &[]).await;
+    let r = ads.recv_type(LEDS).await;
+    ads.ack(&r).await;
+    ads.subscribe(LDS, &[], &[]).await;
+    let r = ads.recv_type(LDS).await;
+    ads.ack(&r).await;
+
+    cache.set_snapshot("n1", leds_snapshot(1, &[("e1", 91), ("e3", 83)]));
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let r = ads.recv().await;
+        ads.ack(&r).await;
+        order.push(r.type_url.clone());
+        if r.type_url == url(LEDS) {
+            assert_eq!(delta_names(&r), [member("e1"), member("e3")]);
+            assert_eq!(r.removed_resources, [member("e2")]);
+        }
+    }
+    assert_eq!(order, [url(EDS), url(LEDS), url(LDS)], "assignment, members, listener");
+}
+
+/// Rule C2 through a `LinearCache` behind a `MuxCache`: 10,000 members in one collection, and a
+/// change of one of them sends exactly that one.
+#[tokio::test]
+async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
+    use xds_proto::EncodedResource;
+    let snapshots = SnapshotCache::by_node_id();
+    let mut b = xds_cache::Snapshot::builder();
+    b.add(&cluster("svc", "1")).expect("cluster");
+    b.add(&leds_cla("svc", &member("*"), 0)).expect("cla");
+    snapshots.set_snapshot("n1", b.build());
+    let members = LinearCache::new(LEDS);
+    for i in 0..10_000u32 {
+        let r = EncodedResource::named(&member(&format!("e{i:05}")), &endpoint(1000 + i % 50_000));
+        members.upsert_encoded(r.expect("encode")).expect("upsert");
+    }
+    let other = "xdstp://auth.example/envoy.config.endpoint.v3.LbEndpoint/other/zone-a/e1?env=prod";
+    members
+        .upsert_encoded(EncodedResource::named(other, &endpoint(7)).expect("lb"))
+        .expect("upsert");
+    let mux = xds_cache::MuxCache::new().route(LEDS, members.clone()).fallback(snapshots);
+    let t = serve(mux).await;
+    let (mut ads, glob) = subscribe_all(&t).await;
+    ads.subscribe(LEDS, &[&glob], &[]).await;
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(r.resources.len(), 10_000);
+    assert!(r.resources.iter().all(|x| x.name != other));
+    ads.ack(&r).await;
+    let changed = member("e04321");
+    members
+        .upsert_encoded(EncodedResource::named(&changed, &endpoint(9)).expect("lb"))
+        .expect("upsert");
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), std::slice::from_ref(&changed));
+    ads.ack(&r).await;
+    assert!(members.delete(&changed));
+    let r = ads.recv_type(LEDS).await;
+    assert_eq!(r.removed_resources, [changed]);
+}

@@ -25,7 +25,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use xds_cache::Snapshot;
-use xds_proto::EncodedResource;
+use xds_proto::pb::google::protobuf::Any;
+use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
 mod loader;
 mod merge;
@@ -301,11 +302,95 @@ fn read_resources(
     for (i, item) in items.iter().enumerate() {
         let here = format!("{at}[{i}]");
         let any = xds_proto::any_from_json(item).map_err(|e| (here.clone(), e.to_string()))?;
+        let (any, name) = unwrap_named(any).map_err(|e| (here.clone(), e))?;
         // Envoy's own rules (protoc-gen-validate), checked here so that a resource every proxy
         // would NACK is refused at load, naming the field, and the last good config keeps serving.
         xds_proto::validate_any(&any).map_err(|e| (here.clone(), e.to_string()))?;
-        let resource = EncodedResource::from_any(&any).map_err(|e| (here, e.to_string()))?;
+        check_leds_collections(&any).map_err(|e| (here.clone(), e))?;
+        let resource = match name {
+            Some(name) => {
+                EncodedResource::from_encoded(TypeUrl::parse(&any.type_url), &name, &any.value)
+            }
+            None => EncodedResource::from_any(&any),
+        };
+        let resource = resource.map_err(|e| (here, e.to_string()))?;
         out.push(interned.intern(resource));
+    }
+    Ok(())
+}
+
+/// The `@type` of Envoy's named-resource wrapper, `envoy.service.discovery.v3.Resource`.
+const NAMED: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
+
+/// An LEDS `LbEndpoint` has no name field of its own: the configuration names it with Envoy's
+/// wrapper, `{"@type": ...discovery.v3.Resource, name: xdstp://..., resource: {LbEndpoint}}`
+/// (rule C2). Returns the resource inside and its name; any other resource as it is.
+fn unwrap_named(any: Any) -> Result<(Any, Option<String>), String> {
+    use xds_proto::pb::envoy::service::discovery::v3::Resource;
+    use xds_proto::prost::Message;
+    let lb_endpoint = ResourceType::LbEndpoint.type_url();
+    if any.type_url != NAMED {
+        if any.type_url == lb_endpoint {
+            return Err(format!(
+                "an LbEndpoint has no name field: wrap it as {{\"@type\": {NAMED}, name: \
+                 xdstp://.../envoy.config.endpoint.v3.LbEndpoint/..., resource: {{...}}}}"
+            ));
+        }
+        return Ok((any, None));
+    }
+    let wrapper = Resource::decode(any.value.as_slice()).map_err(|e| e.to_string())?;
+    let Resource { name, resource, version, aliases, ttl, cache_control, metadata, .. } = wrapper;
+    if !version.is_empty() || !aliases.is_empty() || ttl.is_some() || cache_control.is_some() {
+        return Err("a named resource takes `name` and `resource` only".into());
+    }
+    let _ = metadata;
+    let inner = resource.ok_or("a named resource needs `resource`")?;
+    if inner.type_url != lb_endpoint {
+        return Err(format!(
+            "only LbEndpoint resources are named with a wrapper (every other type has a name \
+             field); got {}",
+            inner.type_url
+        ));
+    }
+    // Served only through glob collections: the name must be a member's xdstp:// name.
+    let parsed = xds_proto::xdstp::XdstpName::parse(&name)
+        .map_err(|e| format!("name: an LbEndpoint is served through LEDS collections, so its name must be an xdstp:// name ({e})"))?;
+    if parsed.is_glob() {
+        return Err(format!("name: {name} is a glob collection, not a member of one"));
+    }
+    Ok((inner, Some(name)))
+}
+
+/// Rule C2: a ClusterLoadAssignment locality that takes its endpoints from LEDS names a glob
+/// collection of `envoy.config.endpoint.v3.LbEndpoint` (`xdstp://{authority}/envoy.config.
+/// endpoint.v3.LbEndpoint/{path}/*`): anything else no client could ever subscribe to.
+fn check_leds_collections(any: &Any) -> Result<(), String> {
+    use xds_proto::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, locality_lb_endpoints,
+    };
+    use xds_proto::prost::Message;
+    if any.type_url != ResourceType::ClusterLoadAssignment.type_url() {
+        return Ok(());
+    }
+    let cla = ClusterLoadAssignment::decode(any.value.as_slice()).map_err(|e| e.to_string())?;
+    for (i, locality) in cla.endpoints.iter().enumerate() {
+        let Some(locality_lb_endpoints::LbConfig::LedsClusterLocalityConfig(leds)) =
+            &locality.lb_config
+        else {
+            continue;
+        };
+        let at = format!("endpoints[{i}].leds_cluster_locality_config.leds_collection_name");
+        let name = &leds.leds_collection_name;
+        let parsed = xds_proto::xdstp::XdstpName::parse(name)
+            .map_err(|e| format!("{at}: {name:?} is not an xdstp:// glob collection ({e})"))?;
+        parsed
+            .check_type(ResourceType::LbEndpoint.message_name())
+            .map_err(|e| format!("{at}: {e}"))?;
+        if !parsed.is_glob() {
+            return Err(format!(
+                "{at}: {name} is not a glob collection (its last id segment must be `*`)"
+            ));
+        }
     }
     Ok(())
 }

@@ -377,3 +377,95 @@ fn a_cross_file_reference_broken_by_editing_one_file_is_refused() {
     assert_eq!(loader.last_stats().resources_changed, 1, "only the endpoint's port changed");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Rule C2 in the configuration format: LbEndpoint resources named by `xdstp://` member names
+/// (Envoy's `discovery.v3.Resource` wrapper), and a ClusterLoadAssignment whose locality takes its
+/// endpoints from their LEDS glob collection.
+const LEDS_CONFIG: &str = r#"
+resources:
+  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+    name: backend
+    type: EDS
+    eds_cluster_config: { eds_config: { ads: {} } }
+  - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+    cluster_name: backend
+    endpoints:
+      - leds_cluster_locality_config:
+          leds_config: { ads: {} }
+          leds_collection_name: "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/*?env=prod"
+  - "@type": type.googleapis.com/envoy.service.discovery.v3.Resource
+    name: "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/e1?env=prod"
+    resource:
+      "@type": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint
+      endpoint: { address: { socket_address: { address: 10.0.0.1, port_value: 8080 } } }
+  - "@type": type.googleapis.com/envoy.service.discovery.v3.Resource
+    name: "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/e2?env=prod"
+    resource:
+      "@type": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint
+      endpoint: { address: { socket_address: { address: 10.0.0.2, port_value: 8080 } } }
+"#;
+
+#[test]
+fn c02_leds_endpoints_and_collections_load_and_bad_collection_names_are_refused() {
+    let dir = temp_dir("leds");
+    let config = config::load(&write(&dir, "leds.yaml", LEDS_CONFIG)).unwrap();
+    let group = &config.groups[DEFAULT_GROUP];
+    let lb = TypeUrl::from(ResourceType::LbEndpoint);
+    let names: Vec<_> = group.resources(&lb).map(|r| r.name().to_owned()).collect();
+    let member = |leaf: &str| {
+        format!(
+            "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/{leaf}?env=prod"
+        )
+    };
+    assert_eq!(names, [member("e1"), member("e2")]);
+    // Every member of the collection the assignment names.
+    let glob = member("*");
+    assert!(names.iter().all(|n| xds_proto::xdstp::is_member(n, &glob)));
+
+    let glob_line = "backend/zone-a/*?env=prod\"";
+    let cases = [
+        // Not a glob: no client could subscribe to it as a collection.
+        (glob_line.replace("zone-a/*", "zone-a/e1"), "is not a glob collection"),
+        // A glob of another type.
+        (
+            LEDS_CONFIG.replacen(
+                "leds_collection_name: \"xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint",
+                "leds_collection_name: \"xdstp://cp.example/envoy.config.cluster.v3.Cluster",
+                1,
+            ),
+            "xdstp name is of type envoy.config.cluster.v3.Cluster",
+        ),
+        // Not an xdstp:// name at all.
+        (
+            LEDS_CONFIG.replacen(
+                "\"xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/*?env=prod\"",
+                "plain-name",
+                1,
+            ),
+            "is not an xdstp:// glob collection",
+        ),
+        // An LbEndpoint without a name.
+        (
+            format!(
+                "{LEDS_CONFIG}  - \"@type\": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint\n    endpoint: {{}}\n"
+            ),
+            "resources[4]: an LbEndpoint has no name field",
+        ),
+    ];
+    for (i, (text, expected)) in cases.into_iter().enumerate() {
+        let text = if text.starts_with("backend/") {
+            LEDS_CONFIG.replacen(glob_line, &text, 1)
+        } else {
+            text
+        };
+        let err =
+            config::load(&write(&dir, &format!("bad{i}.yaml"), &text)).unwrap_err().to_string();
+        assert!(err.contains(expected), "case {i}: {err:?} should contain {expected:?}");
+        if i < 3 {
+            assert!(
+                err.contains("resources[1]: endpoints[0].leds_cluster_locality_config"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -470,3 +470,90 @@ async fn load_reports_show_in_status_and_metrics_labelled_only_for_served_cluste
     assert_eq!(load["clusters"]["rogue"]["issued"], 5, "the view names every cluster: {load}");
     assert_eq!(load["nodes"]["reporter"], 1, "{load}");
 }
+
+/// The LEDS configuration of `docs/guide.md`: an EDS cluster whose assignment takes its endpoints
+/// from a glob collection, and the members `leaves`.
+fn leds_config(leaves: &[&str]) -> String {
+    let lb = "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a";
+    let mut text = format!(
+        r#"resources:
+  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+    name: backend
+    type: EDS
+    eds_cluster_config: {{ eds_config: {{ ads: {{}} }} }}
+  - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+    cluster_name: backend
+    endpoints:
+      - leds_cluster_locality_config:
+          leds_config: {{ ads: {{}} }}
+          leds_collection_name: "{lb}/*"
+"#
+    );
+    for (i, leaf) in leaves.iter().enumerate() {
+        text.push_str(&format!(
+            r#"  - "@type": type.googleapis.com/envoy.service.discovery.v3.Resource
+    name: "{lb}/{leaf}"
+    resource:
+      "@type": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint
+      endpoint: {{ address: {{ socket_address: {{ address: 10.0.0.{i}, port_value: 8080 }} }} }}
+"#
+        ));
+    }
+    text
+}
+
+/// Rule C2 through the product: LEDS members written in the configuration file are served to a
+/// delta ADS client subscribed to their glob, and a member added to the file arrives alone.
+#[tokio::test]
+async fn c02_leds_members_from_the_config_file_over_delta_ads() {
+    use xds_proto::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+    };
+    let dir = temp_dir("leds-e2e");
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, leds_config(&["e1", "e2"])).unwrap();
+    let running = Running::start(&file, &["--reload-quiet-ms", "50"]).await;
+    let glob = "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/*";
+    let member = |leaf: &str| glob.replace('*', leaf);
+    let leds = ResourceType::LbEndpoint.type_url().to_owned();
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(Node { id: "edge-1".into(), ..Default::default() }),
+        type_url: leds.clone(),
+        resource_names_subscribe: vec![glob.to_owned()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut stream = AggregatedDiscoveryServiceClient::new(plain(&running).await)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next = async || -> DeltaDiscoveryResponse {
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a response in time")
+            .unwrap()
+            .expect("the stream stays open");
+        let ack = DeltaDiscoveryRequest {
+            type_url: leds.clone(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        };
+        tx.send(ack).await.unwrap();
+        r
+    };
+    let names = |r: &DeltaDiscoveryResponse| -> Vec<String> {
+        r.resources.iter().map(|x| x.name.clone()).collect()
+    };
+    let r = next().await;
+    assert_eq!(names(&r), [member("e1"), member("e2")]);
+    // The file gains a member (written beside and renamed, as the guide says).
+    let tmp = dir.join(".config.yaml.tmp");
+    std::fs::write(&tmp, leds_config(&["e1", "e2", "e3"])).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    let r = next().await;
+    assert_eq!(names(&r), [member("e3")]);
+    assert!(r.removed_resources.is_empty());
+}

@@ -201,6 +201,10 @@ impl View for Rebased<'_, '_> {
         self.view.for_each(f);
     }
 
+    fn for_each_member(&self, glob: &str, f: &mut dyn FnMut(&EncodedResource)) {
+        self.view.for_each_member(glob, f);
+    }
+
     fn resource_set(&self) -> Option<xds_core::ResourceSet<EncodedResource>> {
         self.view.resource_set()
     }

@@ -188,7 +188,9 @@ pub(crate) fn fill_status<P: xds_core::Protocol>(
     status: &mut TypeStatus,
 ) {
     status.wildcard = sub.subscription().is_wildcard();
-    status.names = sub.subscription().names().iter().cloned().collect();
+    // Glob collections (rule C2) are subscribed names too, as far as a status page goes.
+    let subscription = sub.subscription();
+    status.names = subscription.names().iter().chain(subscription.globs()).cloned().collect();
     if let Some(acked) = sub.acked_version() {
         status.acked_version = Some(crate::status::bounded_owned(acked));
     }
