@@ -7,6 +7,7 @@ mod util;
 use std::time::Duration;
 
 use xds_cache::{LinearCache, MuxCache};
+use xds_proto::EncodedResource;
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
@@ -220,10 +221,9 @@ async fn joiners_owed_nothing_yet_join_through_the_gate_when_the_configuration_a
     assert!(r.resources.is_empty());
     b.ack(&r).await;
 
-    // The configuration arrives: one of them is served, the other waits for its ACK.
-    for i in 0..3 {
-        clusters.upsert(&cluster(&format!("c{i}"), "")).expect("upsert");
-    }
+    // The configuration arrives (at once): one of them is served, the other waits for its ACK.
+    let all = (0..3).map(|i| EncodedResource::new(&cluster(&format!("c{i}"), "")));
+    clusters.set_all(all.collect::<Result<Vec<_>, _>>().expect("encode")).expect("set");
     let quiet = Duration::from_millis(500);
     let (ra, rb) = tokio::join!(
         tokio::time::timeout(quiet, a.recv_type(CDS)),
