@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use xds_core::{
-    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, NamesDigest, Nonces, RequestKind,
-    SotwNames, SotwRequest, SotwResponse, SotwSubStream, Subscription, TypeTraits, View, WILDCARD,
+    DeltaRequest, DeltaResource, DeltaResponse, DeltaSubStream, ErrorDetail, NamesDigest, Nonces,
+    RequestKind, SotwNames, SotwRequest, SotwResponse, SotwSubStream, Subscription, TypeTraits,
+    View, WILDCARD,
 };
 
 use crate::model::{MemView, POOL, Res};
@@ -272,15 +273,18 @@ impl SotwRun {
         let nack = req.error_detail.is_some();
         let version = req.version_info.clone();
         let wanted = match &req.resource_names {
-            SotwNames::Listed(names) => names.clone(),
+            SotwNames::Listed(names) | SotwNames::Digested(names, _) => names.clone(),
             SotwNames::Repeated => self.names.clone(),
         };
         trace!("  request {req:?}");
         // A list the sub-stream recognises as its last one, passed as `Repeated` instead, must
         // come out exactly the same (rule S9: the same set is no change).
         let repeated = match &req.resource_names {
-            SotwNames::Listed(names) => {
-                let digest = NamesDigest::of(names.iter().map(String::as_str));
+            SotwNames::Listed(_) | SotwNames::Digested(..) => {
+                let digest = match &req.resource_names {
+                    SotwNames::Digested(_, digest) => *digest,
+                    _ => NamesDigest::of(&wanted),
+                };
                 self.s.repeats_names(&digest).then(|| {
                     let mut twin = self.s.clone();
                     let h = twin.handle_request(SotwRequest {
