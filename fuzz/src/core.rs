@@ -346,6 +346,7 @@ impl SotwRun {
             resource_names: self.names.clone().into(),
             response_nonce: r.nonce,
             error_detail: nack.then(|| ErrorDetail { code: 3, message: "rejected".into() }),
+            denied: Default::default(),
         });
     }
 
@@ -396,6 +397,7 @@ pub(crate) fn sotw(data: &[u8]) {
                     resource_names: texts(&names).into(),
                     response_nonce: run.c.nonce(&nonce),
                     error_detail: nack_detail(&nack),
+                    denied: Default::default(),
                 });
             }
             Op::Delta { subscribe, .. } => {
@@ -405,6 +407,7 @@ pub(crate) fn sotw(data: &[u8]) {
                     resource_names: texts(&subscribe).into(),
                     response_nonce: run.c.nonce(&NonceChoice::Latest),
                     error_detail: None,
+                    denied: Default::default(),
                 });
             }
             Op::Ack => run.answer(false),

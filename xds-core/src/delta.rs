@@ -18,6 +18,7 @@ impl Protocol for Delta {
             std::mem::take(&mut request.subscribe),
             std::mem::take(&mut request.unsubscribe),
             std::mem::take(&mut request.initial_resource_versions),
+            &request.denied,
         );
         request.subscribe = names.subscribe;
         request.unsubscribe = names.unsubscribe;

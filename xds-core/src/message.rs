@@ -23,6 +23,10 @@ pub struct SotwRequest {
     pub response_nonce: String,
     /// Set when the client rejected the response (a NACK, rule S5).
     pub error_detail: Option<ErrorDetail>,
+    /// Listed names (normal forms) the server's policy refuses, with the reason: they are not
+    /// subscribed, and the client is told once, `PERMISSION_DENIED` in `resource_errors` (rule
+    /// C4). The caller asks its policy with no lock held; the core only records the answer.
+    pub denied: BTreeMap<String, String>,
 }
 
 /// The names of a SotW request.
@@ -66,6 +70,9 @@ pub struct DeltaRequest {
     pub response_nonce: String,
     /// Set when the client rejected the response (a NACK).
     pub error_detail: Option<ErrorDetail>,
+    /// Subscribed names (normal forms) the server's policy refuses, with the reason, as for
+    /// [`SotwRequest::denied`].
+    pub denied: BTreeMap<String, String>,
 }
 
 /// What a request meant, as the sub-stream classified it.

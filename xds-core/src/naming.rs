@@ -9,9 +9,12 @@
 //! would have cut every other resource of the client off for one bad name; TP3 exists to avoid
 //! exactly that.
 //!
+//! A name the server's policy refuses (the caller passes its answers in the request's
+//! `denied`) is refused the same way, with `PERMISSION_DENIED`.
+//!
 //! On the way out, `resource_errors` (rule C4) carry:
-//! - `INVALID_ARGUMENT` for a refused name (always: clients that do not read the field lose
-//!   nothing, the name would never have been answered);
+//! - `INVALID_ARGUMENT` for a refused name, `PERMISSION_DENIED` for a denied one (always: clients
+//!   that do not read the field lose nothing, the name would never have been answered);
 //! - the error a cache attached to a subscribed name that does not exist ([`View::resource_error`],
 //!   e.g. `UNAVAILABLE`: "upstream inventory unreachable"), or to `*` for a wildcard;
 //! - `NOT_FOUND` for a subscribed name that does not exist, when the client declared it reads
@@ -116,8 +119,30 @@ impl Naming {
         Ok(parsed.to_string())
     }
 
-    fn refuse(&mut self, name: String, error: &XdstpError) {
-        let detail = ErrorDetail::new(code::INVALID_ARGUMENT, format!("{error}"));
+    /// The normal form of `name`, or why it is refused: malformed or of another type
+    /// (`INVALID_ARGUMENT`), a glob on SotW, or `denied` by the server's policy
+    /// (`PERMISSION_DENIED`).
+    fn admit(
+        &self,
+        name: &str,
+        denied: &BTreeMap<String, String>,
+        sotw: bool,
+    ) -> Result<String, ErrorDetail> {
+        let invalid = |e: XdstpError| ErrorDetail::new(code::INVALID_ARGUMENT, format!("{e}"));
+        let normal = self.normal(name).map_err(invalid)?;
+        // Rule C2: glob collections are delta-only; on SotW a glob is refused like any other
+        // name the server cannot take.
+        if sotw && xdstp::is_glob_name(&normal) {
+            return Err(invalid(XdstpError::GlobOnSotw));
+        }
+        match denied.get(&normal) {
+            Some(reason) => Err(ErrorDetail::new(code::PERMISSION_DENIED, reason.clone())),
+            None => Ok(normal),
+        }
+    }
+
+    /// Refuses `name` (as the client wrote it): told once, in the next response.
+    fn refuse_with(&mut self, name: String, detail: ErrorDetail) {
         if !self.refused.contains_key(&name) {
             self.pending.insert(name.clone(), detail.clone());
         }
@@ -125,8 +150,12 @@ impl Naming {
     }
 
     /// A SotW request's full set, normalized; refused names are left out.
-    pub(crate) fn admit_sotw(&mut self, names: Vec<String>) -> Vec<String> {
-        if !names.iter().any(|n| xdstp::is_xdstp(n)) {
+    pub(crate) fn admit_sotw(
+        &mut self,
+        names: Vec<String>,
+        denied: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        if denied.is_empty() && !names.iter().any(|n| xdstp::is_xdstp(n)) {
             // The common case costs one prefix check per name.
             self.refused.clear();
             self.spellings.clear();
@@ -136,25 +165,21 @@ impl Naming {
         self.spellings.clear();
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            // Rule C2: glob collections are delta-only; on SotW a glob is refused like any
-            // other name the server cannot take.
-            let normal = self.normal(&name).and_then(|normal| {
-                if xdstp::is_glob_name(&normal) { Err(XdstpError::GlobOnSotw) } else { Ok(normal) }
-            });
-            match normal {
+            match self.admit(&name, denied, true) {
                 Ok(normal) => {
                     if normal != name {
                         self.spellings.insert(normal.clone(), name);
                     }
                     out.push(normal);
                 }
-                Err(e) => {
-                    if let Some(detail) = before.get(&name) {
-                        self.refused.insert(name, detail.clone());
-                    } else {
-                        self.refuse(name, &e);
+                // Told once: a name refused before (and listed again) is remembered, not
+                // reported again.
+                Err(detail) => match before.get(&name) {
+                    Some(told) if *told == detail => {
+                        self.refused.insert(name, detail);
                     }
-                }
+                    _ => self.refuse_with(name, detail),
+                },
             }
         }
         out
@@ -166,6 +191,7 @@ impl Naming {
         subscribe: Vec<String>,
         unsubscribe: Vec<String>,
         initial: BTreeMap<String, String>,
+        denied: &BTreeMap<String, String>,
     ) -> DeltaNames {
         let mut out = DeltaNames {
             subscribe: Vec::with_capacity(subscribe.len()),
@@ -173,7 +199,7 @@ impl Naming {
             initial: BTreeMap::new(),
         };
         for name in subscribe {
-            match self.normal(&name) {
+            match self.admit(&name, denied, false) {
                 Ok(normal) => {
                     if normal != name {
                         self.spellings.insert(normal.clone(), name);
@@ -182,7 +208,7 @@ impl Naming {
                     }
                     out.subscribe.push(normal);
                 }
-                Err(e) => self.refuse(name, &e),
+                Err(detail) => self.refuse_with(name, detail),
             }
         }
         for name in unsubscribe {

@@ -57,7 +57,7 @@ impl Protocol for Sotw {
             }
         };
         // Rule C1: every name is normalized once, here; refused names go no further.
-        let names = sub.naming.admit_sotw(names);
+        let names = sub.naming.admit_sotw(names, &request.denied);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
         if change.wildcard_joined() {
             sub.tracker.synced = None;

@@ -486,3 +486,40 @@ fn c04_an_error_attached_to_a_glob_names_the_glob() {
     assert_eq!(errors(&r.resource_errors), [(lb("svc/*").as_str(), code::INTERNAL)]);
     assert!(r.resources.is_empty());
 }
+
+#[test]
+fn c04_names_the_policy_denies_are_refused_with_permission_denied_once() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("secret", "1")]);
+    let denied = BTreeMap::from([("secret".to_owned(), "not for this node".to_owned())]);
+    // SotW: the denied name is not subscribed; the client is told why, once, and gets the rest.
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(xds_core::SotwRequest {
+        denied: denied.clone(),
+        ..sotw(&["a", "secret"], "", "")
+    });
+    assert!(!s.subscription().has_name("secret"));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), names(&["a"]));
+    assert_eq!(errors(&r.resource_errors), [("secret", code::PERMISSION_DENIED)]);
+    assert_eq!(r.resource_errors[0].error.message, "not for this node");
+    // Listed again (as every ACK does), denied again: not told again.
+    let _ = s.handle_request(xds_core::SotwRequest {
+        denied: denied.clone(),
+        ..sotw(&["a", "secret"], &r.version_info, &r.nonce)
+    });
+    assert!(s.poll_response(&view, &mut n).is_none());
+
+    // Delta: the same, and a later subscription the policy allows is served.
+    let mut d = delta_sub(false);
+    let _ = d.handle_request(xds_core::DeltaRequest {
+        denied: denied.clone(),
+        ..delta(&["a", "secret"], &[], "")
+    });
+    let r = d.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), ["a"]);
+    assert_eq!(errors(&r.resource_errors), [("secret", code::PERMISSION_DENIED)]);
+    let _ = d.handle_request(delta(&["secret"], &[], &r.nonce));
+    let r = d.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), ["secret"]);
+}

@@ -185,7 +185,7 @@ proptest! {
             match op {
                 Op::Subscribe(idx, w) => {
                     names = pick(&idx, w);
-                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone().into(), response_nonce: s.last_nonce().unwrap_or_default().to_owned(), error_detail: None });
+                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone().into(), response_nonce: s.last_nonce().unwrap_or_default().to_owned(), error_detail: None, denied: Default::default() });
                     let sub = s.subscription().clone();
                     client.retain(|name: &String, _| sub.is_wildcard() || sub.has_name(name));
                 }
@@ -196,7 +196,7 @@ proptest! {
                     acked = r.version_info.clone();
                     // As the server does: a list the sub-stream recognises goes as `Repeated`.
                     let resource_names = as_server_sends(&s, &names);
-                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: nonce(&Some(r)), error_detail: None });
+                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: nonce(&Some(r)), error_detail: None, denied: Default::default() });
                     prop_assert!(matches!(h.kind, RequestKind::Ack { .. }), "expected an ACK");
                 },
                 Op::Stale => {
@@ -226,7 +226,7 @@ proptest! {
             if let Some(r) = last.take() {
                 acked = r.version_info.clone();
                 let resource_names = as_server_sends(&s, &names);
-                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: r.nonce.clone(), error_detail: None });
+                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: r.nonce.clone(), error_detail: None, denied: Default::default() });
             }
             if let Some(r) = s.poll_response(&view, &mut n) {
                 apply_sotw(&mut client, &r, t.full_state);

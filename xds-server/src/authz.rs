@@ -129,6 +129,21 @@ impl Request<'_> {
 pub trait Authorizer: Send + Sync + 'static {
     /// `Ok` to serve, `Err` to refuse with the refusal's reason.
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal>;
+
+    /// Whether one resource, asked for by name, may be served to a request that
+    /// [`authorize`](Self::authorize) let through (`request.access` is
+    /// [`Access::Resources`]); `name` is in normal form (rule C1). Default: yes.
+    ///
+    /// Asked for every name a stream subscribes to (each name of a changed SotW list, each name
+    /// a delta request subscribes) and every name a fetch asks for. A refused name is not
+    /// subscribed, and a stream's client is told why once: `PERMISSION_DENIED` for that name in
+    /// `resource_errors` (rule C4), while its other resources are served; a fetch leaves it out.
+    /// Wildcard and glob subscriptions are decided by `authorize` for the whole type: to keep
+    /// single resources from a node's wildcard, leave them out of the node's group in the cache.
+    fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
+        let _ = (request, name);
+        Ok(())
+    }
 }
 
 /// Allows everything (the default: a server without TLS has nobody to tell apart).

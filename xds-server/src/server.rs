@@ -93,6 +93,34 @@ impl Shared {
         }
         decided
     }
+
+    /// The names of `names` (as requested) that the authorizer refuses for `node`, by normal
+    /// form (rule C1), with the reason. Empty without asking when no name is requested.
+    pub(crate) fn denied_names(
+        &self,
+        peer: &Peer,
+        entry: Entry,
+        node: &xds_proto::pb::envoy::config::core::v3::Node,
+        type_url: &TypeUrl,
+        names: &[String],
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut denied = std::collections::BTreeMap::new();
+        if names.is_empty() {
+            return denied;
+        }
+        let request =
+            crate::authz::Request { peer, entry, access: Access::Resources { node, type_url } };
+        for name in names {
+            // A malformed name is refused by the core as it is (INVALID_ARGUMENT).
+            let Ok(normal) = xds_proto::xdstp::normalize(name) else { continue };
+            if let Err(refusal) = self.authorizer.authorize_resource(&request, &normal) {
+                self.metrics.refused("unauthorized_resource");
+                tracing::debug!(?entry, %type_url, name = %normal, reason = %refusal, "resource refused");
+                denied.insert(normal.into_owned(), refusal.0);
+            }
+        }
+        denied
+    }
 }
 
 /// The gRPC status for a cache's refusal (rule S3).

@@ -506,3 +506,72 @@ async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
     let r = ads.recv_type(LEDS).await;
     assert_eq!(r.removed_resources, [changed]);
 }
+
+/// Serves node `n1` everything but the resources named `private-*`.
+struct NoPrivate;
+
+impl xds_server::Authorizer for NoPrivate {
+    fn authorize(&self, _: &xds_server::authz::Request<'_>) -> Result<(), xds_server::Refusal> {
+        Ok(())
+    }
+
+    fn authorize_resource(
+        &self,
+        request: &xds_server::authz::Request<'_>,
+        name: &str,
+    ) -> Result<(), xds_server::Refusal> {
+        match request.node().map(|n| n.id.as_str()) {
+            Some("n1") if name.starts_with("private-") => {
+                Err(xds_server::Refusal(format!("{name} is not for n1")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn c04_a_resource_the_authorizer_refuses_is_permission_denied_on_every_way_in() {
+    let cache = SnapshotCache::by_node_id();
+    let all =
+        snapshot![cluster("a", "1"), cluster("private-b", "1"), cla("a", 1), cla("private-b", 1)];
+    cache.set_snapshot("n1", all.clone());
+    cache.set_snapshot("n2", all);
+    let t = start(XdsServer::builder(cache.clone()).authorizer(NoPrivate).build()).await;
+
+    // SotW: the refused name is answered with PERMISSION_DENIED, the others are served, and
+    // the stream goes on; repeating the list (every ACK) does not repeat the error.
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(EDS, &["a", "private-b"], None).await;
+    let r = sotw.recv_type(EDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert_eq!(sotw_errors(&r), [("private-b".to_owned(), code::PERMISSION_DENIED)]);
+    let why = &r.resource_errors[0].error_detail.as_ref().unwrap().message;
+    assert!(why.contains("not for n1"), "{why}");
+    sotw.ack(&r).await;
+    sotw.expect_quiet().await;
+
+    // Delta: the same for a subscription.
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(CDS, &["a", "private-b"], &[]).await;
+    let r = delta.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), ["a"]);
+    assert_eq!(delta_errors(&r), [("private-b".to_owned(), code::PERMISSION_DENIED)]);
+
+    // A fetch leaves it out.
+    let mut cds = t.cds().await;
+    let fetched = cds
+        .fetch_clusters(DiscoveryRequest {
+            node: Some(node("n1")),
+            resource_names: names(&["a", "private-b"]),
+            ..Default::default()
+        })
+        .await
+        .expect("fetch")
+        .into_inner();
+    assert_eq!(sotw_names(&fetched), ["a"]);
+
+    // Another node may have it.
+    let mut other = Delta::ads(&t, "n2").await;
+    other.subscribe(CDS, &["private-b"], &[]).await;
+    assert_eq!(delta_names(&other.recv_type(CDS).await), ["private-b"]);
+}

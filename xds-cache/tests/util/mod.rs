@@ -235,7 +235,7 @@ impl SotwClient {
             version_info: response.version_info.clone(),
             resource_names: self.names.clone().into(),
             response_nonce: response.nonce.clone(),
-            error_detail: None,
+            ..Default::default()
         })
     }
 

@@ -157,7 +157,7 @@ pub fn sotw(names_: &[&str], version: &str, nonce: &str) -> SotwRequest {
         version_info: version.into(),
         resource_names: names(names_).into(),
         response_nonce: nonce.into(),
-        error_detail: None,
+        ..Default::default()
     }
 }
 

@@ -370,8 +370,12 @@ impl<P: Protocol> Driver<P> {
         if !self.watches.0.contains_key(&type_url) {
             self.open_type(&type_url)?;
         }
-        let handled =
-            lock(&self.core.0).handle_request(type_url, P::to_core(request), Instant::now());
+        // Per-resource policy, asked with no lock held (rule C4: PERMISSION_DENIED per name).
+        let node = self.node.as_ref().unwrap_or(&ANONYMOUS);
+        let names = P::requested_names(&request);
+        let denied = self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names);
+        let request = P::to_core(request, denied);
+        let handled = lock(&self.core.0).handle_request(type_url, request, Instant::now());
         handled.map_err(|e| self.refuse(&e))
     }
 

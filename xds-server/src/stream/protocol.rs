@@ -1,6 +1,8 @@
 //! What differs between SotW and delta streams on the wire. The protocol itself (one sub-stream
 //! type for both variants, and the whole stream above them) is `xds_core`'s.
 
+use std::collections::BTreeMap;
+
 use xds_cache::Variant;
 use xds_core::{DeltaRequest, ErrorDetail, SotwNames, SotwRequest, SubStream};
 use xds_proto::pb::envoy::config::core::v3::Node;
@@ -39,8 +41,14 @@ pub(crate) trait Protocol: Send + 'static {
     fn resumes(request: &Self::Request) -> bool;
     /// The request as callbacks see it.
     fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
-    /// The request as the core sees it.
-    fn to_core(request: Self::Request) -> <Self::Core as xds_core::Protocol>::Request;
+    /// The names the request asks for that policy must check: a SotW list that was decoded
+    /// (a repeated one was checked when it was listed), a delta request's subscriptions.
+    fn requested_names(request: &Self::Request) -> &[String];
+    /// The request as the core sees it, with the names policy refused (normal form -> reason).
+    fn to_core(
+        request: Self::Request,
+        denied: BTreeMap<String, String>,
+    ) -> <Self::Core as xds_core::Protocol>::Request;
     /// The wire form of a core response, with the bytes of resource bodies it carries.
     fn to_wire(
         response: <Self::Core as xds_core::Protocol>::Response<EncodedResource>,
@@ -100,7 +108,11 @@ impl Protocol for Sotw {
         }
     }
 
-    fn to_core(r: SotwIncoming) -> SotwRequest {
+    fn requested_names(request: &SotwIncoming) -> &[String] {
+        &request.request.resource_names
+    }
+
+    fn to_core(r: SotwIncoming, denied: BTreeMap<String, String>) -> SotwRequest {
         let resource_names = if r.repeated {
             SotwNames::Repeated
         } else {
@@ -111,6 +123,7 @@ impl Protocol for Sotw {
             resource_names,
             response_nonce: r.request.response_nonce,
             error_detail: error_detail(r.request.error_detail),
+            denied,
         }
     }
 
@@ -161,13 +174,18 @@ impl Protocol for Delta {
         XdsRequest::Delta(request)
     }
 
-    fn to_core(r: DeltaDiscoveryRequest) -> DeltaRequest {
+    fn requested_names(request: &DeltaDiscoveryRequest) -> &[String] {
+        &request.resource_names_subscribe
+    }
+
+    fn to_core(r: DeltaDiscoveryRequest, denied: BTreeMap<String, String>) -> DeltaRequest {
         DeltaRequest {
             subscribe: r.resource_names_subscribe,
             unsubscribe: r.resource_names_unsubscribe,
             initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
             response_nonce: r.response_nonce,
             error_detail: error_detail(r.error_detail),
+            denied,
         }
     }
 
