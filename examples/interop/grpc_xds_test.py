@@ -66,95 +66,50 @@ def xdstp(type_name, name, params=""):
     return f"xdstp://{AUTHORITY}/envoy.config.{type_name}/{name}{params}"
 
 
-def render_federated(backend_port):
-    """The resources of xds://mesh.example/fed-service, every one named xdstp://mesh.example/..."""
-    return f"""\
-  - "@type": type.googleapis.com/envoy.config.listener.v3.Listener
-    # Context parameters out of order: whether the client sends them as its template has them
-    # or sorted, only the server's normalization (rule C1) makes them one name.
-    name: {xdstp("listener.v3.Listener", "fed-service", "?zone=z1&env=prod")}
-    api_listener:
-      api_listener:
-        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-        stat_prefix: fed
-        rds:
-          route_config_name: {xdstp("route.v3.RouteConfiguration", "fed-route")}
-          config_source: {{ ads: {{}}, resource_api_version: V3 }}
-        http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  - "@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration
-    name: {xdstp("route.v3.RouteConfiguration", "fed-route")}
-    virtual_hosts:
-      - name: fed
-        domains: ["*"]
-        routes:
-          - match: {{ prefix: "" }}
-            route: {{ cluster: "{xdstp("cluster.v3.Cluster", "fed-cluster")}" }}
-  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
-    name: {xdstp("cluster.v3.Cluster", "fed-cluster")}
-    type: EDS
-    connect_timeout: 1s
-    eds_cluster_config:
-      eds_config: {{ ads: {{}}, resource_api_version: V3 }}
-      # An EDS name must name its own type (rule C1): not the Cluster's name.
-      service_name: {xdstp("endpoint.v3.ClusterLoadAssignment", "fed-cluster")}
-  - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
-    cluster_name: {xdstp("endpoint.v3.ClusterLoadAssignment", "fed-cluster")}
-    endpoints:
-      - locality: {{ region: local }}
-        load_balancing_weight: 1
-        lb_endpoints:
-          - endpoint:
-              address:
-                socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }}
-"""
-
-
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def render_config(backend_port, lb_policy="ROUND_ROBIN", cluster_type="EDS", connect_timeout="1s"):
-    """The configuration file: one API listener, its route, one EDS cluster, one endpoint."""
+def render_target(listener, route, cluster, eds_name, backend_port, lb_policy=None,
+                  cluster_type="EDS", connect_timeout="1s", lrs=False):
+    """One target's resources: an API listener, its route, one EDS cluster, one endpoint."""
+    lb = f"\n    lb_policy: {lb_policy}" if lb_policy else ""
+    # Report load to the server this cluster came from (gRPC's xds_cluster_impl policy).
+    lrs_server = "\n    lrs_server: { self: {} }" if lrs else ""
+    # An EDS name other than the cluster's: an xdstp:// one must name its own type (rule C1).
+    service_name = f"\n      service_name: {eds_name}" if eds_name != cluster else ""
     return f"""\
-# Written by examples/interop/grpc_xds_test.py
-resources:
   - "@type": type.googleapis.com/envoy.config.listener.v3.Listener
-    name: demo-service
+    name: {listener}
     api_listener:
       api_listener:
         "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
         stat_prefix: demo
         rds:
-          route_config_name: demo-route
+          route_config_name: {route}
           config_source: {{ ads: {{}}, resource_api_version: V3 }}
         http_filters:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   - "@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration
-    name: demo-route
+    name: {route}
     virtual_hosts:
       - name: demo
         domains: ["*"]
         routes:
           - match: {{ prefix: "" }}
-            route: {{ cluster: demo-cluster }}
+            route: {{ cluster: "{cluster}" }}
   - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
-    name: demo-cluster
+    name: {cluster}
     type: {cluster_type}
-    connect_timeout: {connect_timeout}
-    lb_policy: {lb_policy}
-    # Report load to the server this cluster came from (gRPC's xds_cluster_impl policy).
-    lrs_server: {{ self: {{}} }}
+    connect_timeout: {connect_timeout}{lb}{lrs_server}
     eds_cluster_config:
-      eds_config: {{ ads: {{}}, resource_api_version: V3 }}
+      eds_config: {{ ads: {{}}, resource_api_version: V3 }}{service_name}
   - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
-    cluster_name: demo-cluster
+    cluster_name: {eds_name}
     endpoints:
       - locality: {{ region: local }}
         load_balancing_weight: 1
@@ -163,6 +118,26 @@ resources:
               address:
                 socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }}
 """
+
+
+def render_federated(backend_port):
+    """The resources of xds://mesh.example/fed-service, every one named xdstp://mesh.example/..."""
+    return render_target(
+        # Context parameters out of order: whether the client sends them as its template has
+        # them or sorted, only the server's normalization (rule C1) makes them one name.
+        listener=xdstp("listener.v3.Listener", "fed-service", "?zone=z1&env=prod"),
+        route=xdstp("route.v3.RouteConfiguration", "fed-route"),
+        cluster=xdstp("cluster.v3.Cluster", "fed-cluster"),
+        eds_name=xdstp("endpoint.v3.ClusterLoadAssignment", "fed-cluster"),
+        backend_port=backend_port,
+    )
+
+
+def render_config(backend_port, lb_policy="ROUND_ROBIN", cluster_type="EDS", connect_timeout="1s"):
+    """The configuration file: one API listener, its route, one EDS cluster, one endpoint."""
+    return "# Written by examples/interop/grpc_xds_test.py\nresources:\n" + render_target(
+        "demo-service", "demo-route", CLUSTER, CLUSTER, backend_port, lb_policy=lb_policy,
+        cluster_type=cluster_type, connect_timeout=connect_timeout, lrs=True)
 
 
 def write_atomically(path, text):

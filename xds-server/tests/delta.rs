@@ -349,16 +349,23 @@ fn vhds_snapshot(rc_tag: &str) -> xds_cache::Snapshot {
     ]
 }
 
+/// A delta ADS stream of node `n1` that holds the route configuration `rc` (ACKed): what a
+/// client does before it asks for virtual hosts.
+async fn with_route_configuration(t: &TestServer) -> Delta {
+    let mut ads = Delta::ads(t, "n1").await;
+    ads.subscribe(RDS, &["rc"], &[]).await;
+    let rds = ads.recv_type(RDS).await;
+    ads.ack(&rds).await;
+    ads
+}
+
 // rules D9, D10, D6
 #[tokio::test]
 async fn d10_vhds_over_delta_ads() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", vhds_snapshot("1"));
     let t = serve(cache.clone()).await;
-    let mut ads = Delta::ads(&t, "n1").await;
-    ads.subscribe(RDS, &["rc"], &[]).await;
-    let rds = ads.recv_type(RDS).await;
-    ads.ack(&rds).await;
+    let mut ads = with_route_configuration(&t).await;
     ads.subscribe(VHDS, &["rc/foo.com", "rc/www.bar.com", "rc/nope.org"], &[]).await;
     let r = ads.recv_type(VHDS).await;
     assert_eq!(delta_names(&r), ["rc/vh1", "rc/vh2"]);
@@ -394,10 +401,7 @@ async fn c03_on_demand_vhds_by_alias_and_by_name_in_every_order() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", vhds_snapshot("1"));
     let t = serve(cache.clone()).await;
-    let mut ads = Delta::ads(&t, "n1").await;
-    ads.subscribe(RDS, &["rc"], &[]).await;
-    let rds = ads.recv_type(RDS).await;
-    ads.ack(&rds).await;
+    let mut ads = with_route_configuration(&t).await;
 
     // A host by alias, then the same virtual host by its name: both answered, the alias listed.
     ads.subscribe(VHDS, &["rc/foo.com"], &[]).await;
@@ -447,10 +451,7 @@ async fn c03_on_demand_vhds_by_alias_and_by_name_in_every_order() {
 
     // Reconnect (rule D7): the client holds vh2 at its version and asks for it by name, and for
     // a host it does not hold yet by alias. Only what it lacks is sent.
-    let mut again = Delta::ads(&t, "n1").await;
-    again.subscribe(RDS, &["rc"], &[]).await;
-    let rds = again.recv_type(RDS).await;
-    again.ack(&rds).await;
+    let mut again = with_route_configuration(&t).await;
     again
         .send(DeltaDiscoveryRequest {
             type_url: url(VHDS),

@@ -78,3 +78,17 @@ load() {
   "$WORK/xds-load" --server "http://$GRPC" --trigger "http://$HTTP/bench/update?i={k}" \
     --stats "http://$HTTP/bench/stats" "$@"
 }
+
+# Waits until FILE has a line starting with MARKER (what xds-load prints when it is ready for the
+# script's next step); if process PID (xds-load) ends first, prints FILE and fails as WHO.
+wait_for_marker() {
+  local marker="$1" file="$2" pid="$3" who="$4"
+  until grep -q "^$marker" "$file"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$file"
+      echo "$who: xds-load ended before $marker" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+}

@@ -146,14 +146,7 @@ servers_csv=$(IFS=,; echo "${servers[*]}")
   --clients "$CLIENTS" --mode delta --updates "${UPDATES:-20}" --interval-ms "${INTERVAL_MS:-200}" \
   --restart-wait-s "${FAILOVER_WAIT_S:-60}" --failover 0 --brief >"$out" 2>&1 &
 LOAD_PID=$!
-until grep -q '^READY FOR FAILOVER' "$out"; do
-  if ! kill -0 "$LOAD_PID" 2>/dev/null; then
-    cat "$out"
-    echo "replicas: xds-load ended before READY FOR FAILOVER" >&2
-    exit 1
-  fi
-  sleep 0.2
-done
+wait_for_marker "READY FOR FAILOVER" "$out" "$LOAD_PID" replicas
 rss() { awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "?"; }
 for ((i = 0; i < REPLICAS; i++)); do
   echo "== replica $i RSS after the storm: $(rss "${REPLICA_PIDS[$i]}")"

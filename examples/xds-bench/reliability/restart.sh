@@ -14,14 +14,7 @@ out="$WORK/load.out"
 load --clients "${CLIENTS:-1000}" --mode "${MODE:-delta}" --updates "${UPDATES:-100}" \
   --restart-wait-s "${RESTART_WAIT_S:-60}" >"$out" 2>&1 &
 LOAD_PID=$!
-until grep -q '^READY FOR RESTART' "$out"; do
-  if ! kill -0 "$LOAD_PID" 2>/dev/null; then
-    cat "$out"
-    echo "restart: xds-load ended before READY FOR RESTART" >&2
-    exit 1
-  fi
-  sleep 0.2
-done
+wait_for_marker "READY FOR RESTART" "$out" "$LOAD_PID" restart
 echo "== READY FOR RESTART: kill -9 xds-bench-server (pid $SERVER_PID)"
 stop_server KILL
 sleep "${DOWN_S:-1}"

@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Endpoint;
-use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
@@ -38,17 +35,6 @@ fn write_config(dir: &Path) {
     std::fs::write(dir.join("clusters.yaml"), text).unwrap();
 }
 
-async fn ads(
-    addr: std::net::SocketAddr,
-) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
-    let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    AggregatedDiscoveryServiceClient::new(channel)
-}
-
-fn node() -> Option<Node> {
-    Some(Node { id: "aged".into(), ..Default::default() })
-}
-
 /// A delta ADS client of every cluster on a connection of its own.
 struct Delta {
     tx: mpsc::Sender<DeltaDiscoveryRequest>,
@@ -61,20 +47,7 @@ struct Delta {
 impl Delta {
     async fn open(addr: std::net::SocketAddr, held: BTreeMap<String, String>) -> Delta {
         let opened = Instant::now();
-        let (tx, rx) = mpsc::channel(4);
-        let first = DeltaDiscoveryRequest {
-            node: node(),
-            type_url: CDS.into(),
-            initial_resource_versions: held.clone().into_iter().collect(),
-            ..Default::default()
-        };
-        tx.send(first).await.unwrap();
-        let rx = ads(addr)
-            .await
-            .delta_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
+        let (tx, rx) = delta_clusters(addr, "aged", &held).await;
         Delta { tx, rx, held, opened }
     }
 
@@ -171,7 +144,7 @@ async fn connections_close_at_their_jittered_age_and_a_reconnecting_client_is_re
     // S15): no response.
     let (tx, rx) = mpsc::channel(4);
     let request = |version: &str, nonce: &str| DiscoveryRequest {
-        node: node(),
+        node: node("aged"),
         type_url: CDS.into(),
         version_info: version.into(),
         response_nonce: nonce.into(),

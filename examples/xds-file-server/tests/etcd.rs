@@ -13,12 +13,9 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Endpoint;
 use xds_etcd::EtcdClient;
 use xds_etcd::wire::{PutRequest, RequestOp, TxnRequest, request_op};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
-use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
@@ -207,15 +204,6 @@ async fn wait_ready(running: &Running, ready: bool) -> String {
     }
 }
 
-fn node(id: &str) -> Option<Node> {
-    Some(Node { id: id.into(), ..Default::default() })
-}
-
-async fn ads(addr: SocketAddr) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
-    let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    AggregatedDiscoveryServiceClient::new(channel)
-}
-
 /// A SotW ADS client of every cluster, holding what it was sent.
 struct Sotw {
     tx: mpsc::Sender<DiscoveryRequest>,
@@ -294,20 +282,7 @@ struct Delta {
 
 impl Delta {
     async fn open(addr: SocketAddr, held: BTreeMap<String, String>) -> Delta {
-        let (tx, rx) = mpsc::channel(4);
-        let request = DeltaDiscoveryRequest {
-            node: node("delta"),
-            type_url: CDS.into(),
-            initial_resource_versions: held.clone().into_iter().collect(),
-            ..Default::default()
-        };
-        tx.send(request).await.unwrap();
-        let rx = ads(addr)
-            .await
-            .delta_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
+        let (tx, rx) = delta_clusters(addr, "delta", &held).await;
         Delta { tx, rx, held, received: 0 }
     }
 

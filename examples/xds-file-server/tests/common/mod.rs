@@ -8,8 +8,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
 use tonic::transport::{Channel, Endpoint};
+use xds_proto::pb::envoy::config::core::v3::Node;
+use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
 
 /// A fresh scratch directory named for the test and this process.
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -139,4 +147,39 @@ async fn request(addr: SocketAddr, raw: &str) -> std::io::Result<(u16, String)> 
     let code = response.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
     Ok((code, body))
+}
+
+/// An ADS client on a connection of its own.
+pub async fn ads(addr: SocketAddr) -> AggregatedDiscoveryServiceClient<Channel> {
+    let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    AggregatedDiscoveryServiceClient::new(channel)
+}
+
+/// The node of a request: just an id.
+pub fn node(id: &str) -> Option<Node> {
+    Some(Node { id: id.into(), ..Default::default() })
+}
+
+/// Opens a delta ADS stream of every cluster for `node_id` on a connection of its own, its
+/// first request declaring `held` (rule D7): the sender of later requests and the responses.
+pub async fn delta_clusters(
+    addr: SocketAddr,
+    node_id: &str,
+    held: &BTreeMap<String, String>,
+) -> (mpsc::Sender<DeltaDiscoveryRequest>, Streaming<DeltaDiscoveryResponse>) {
+    let (tx, rx) = mpsc::channel(4);
+    let first = DeltaDiscoveryRequest {
+        node: node(node_id),
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        initial_resource_versions: held.clone().into_iter().collect(),
+        ..Default::default()
+    };
+    tx.send(first).await.unwrap();
+    let responses = ads(addr)
+        .await
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (tx, responses)
 }
