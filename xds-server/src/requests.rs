@@ -74,10 +74,9 @@ pub(crate) struct SotwIncoming {
 impl Incoming for SotwIncoming {
     /// One pass over the message: prost decodes every other field, the names' fields are
     /// skipped and their bytes digested in place, in one go. Whether the names are UTF-8 is
-    /// checked when they are decoded:
-    /// names that repeat the sub-stream's last list never are, which costs nothing but the
-    /// chance (about 2^-64, or a client crafting its own collision) that a malformed list
-    /// passes for the last one and changes nothing.
+    /// checked when they are decoded, and names that repeat the sub-stream's last list never
+    /// are: that costs the chance (about 2^-64, or a client crafting its own collision) that a
+    /// malformed list passes for the last one, and then it changes nothing.
     fn decode(message: Bytes) -> Result<Self, Malformed> {
         let mut request = DiscoveryRequest::default();
         let mut count = 0;
@@ -91,28 +90,26 @@ impl Incoming for SotwIncoming {
             // Read inline, it costs a few instructions; prost's varint decoding, not inlined,
             // was a third of the server's CPU at every update.
             let short = (key == NAME_KEY).then(|| buf.get(1).filter(|&&len| len < 0x80)).flatten();
-            if let Some(&len) = short {
+            let name = if let Some(&len) = short {
                 buf =
                     buf.get(2 + usize::from(len)..).ok_or(Malformed::Names("buffer underflow"))?;
-                count += 1;
-                let end = message.len() - buf.len();
-                match runs.last_mut() {
-                    Some(run) if run.end == start => run.end = end,
-                    _ => runs.push(start..end),
-                }
-                continue;
-            }
-            let (tag, wire_type) = decode_key(&mut buf)?;
-            if tag == RESOURCE_NAMES {
-                bytes_field(wire_type, &mut buf)?;
-                count += 1;
-                let end = message.len() - buf.len();
-                match runs.last_mut() {
-                    Some(run) if run.end == start => run.end = end,
-                    _ => runs.push(start..end),
-                }
+                true
             } else {
-                request.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
+                let (tag, wire_type) = decode_key(&mut buf)?;
+                if tag == RESOURCE_NAMES {
+                    bytes_field(wire_type, &mut buf)?;
+                } else {
+                    request.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
+                }
+                tag == RESOURCE_NAMES
+            };
+            if name {
+                count += 1;
+                let end = message.len() - buf.len();
+                match runs.last_mut() {
+                    Some(run) if run.end == start => run.end = end,
+                    _ => runs.push(start..end),
+                }
             }
         }
         let digest = NamesDigest::of_encoded(count, runs.iter().map(|run| &message[run.clone()]));

@@ -319,20 +319,19 @@ fn read_resources(
     Ok(())
 }
 
-/// The `@type` of Envoy's named-resource wrapper, `envoy.service.discovery.v3.Resource`.
-const NAMED: &str = "type.googleapis.com/envoy.service.discovery.v3.Resource";
-
 /// An LEDS `LbEndpoint` has no name field of its own: the configuration names it with Envoy's
 /// wrapper, `{"@type": ...discovery.v3.Resource, name: xdstp://..., resource: {LbEndpoint}}`
 /// (rule C2). Returns the resource inside and its name; any other resource as it is.
 fn unwrap_named(any: Any) -> Result<(Any, Option<String>), String> {
     use xds_proto::pb::envoy::service::discovery::v3::Resource;
-    use xds_proto::prost::Message;
+    use xds_proto::prost::{Message, Name};
     let lb_endpoint = ResourceType::LbEndpoint.type_url();
-    if any.type_url != NAMED {
+    // The `@type` of Envoy's named-resource wrapper.
+    let named = Resource::type_url();
+    if any.type_url != named {
         if any.type_url == lb_endpoint {
             return Err(format!(
-                "an LbEndpoint has no name field: wrap it as {{\"@type\": {NAMED}, name: \
+                "an LbEndpoint has no name field: wrap it as {{\"@type\": {named}, name: \
                  xdstp://.../envoy.config.endpoint.v3.LbEndpoint/..., resource: {{...}}}}"
             ));
         }

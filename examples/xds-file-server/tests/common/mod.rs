@@ -170,7 +170,7 @@ pub async fn delta_clusters(
     let (tx, rx) = mpsc::channel(4);
     let first = DeltaDiscoveryRequest {
         node: node(node_id),
-        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        type_url: xds_proto::ResourceType::Cluster.type_url().into(),
         initial_resource_versions: held.clone().into_iter().collect(),
         ..Default::default()
     };
