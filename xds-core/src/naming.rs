@@ -201,6 +201,11 @@ impl Naming {
         for name in subscribe {
             match self.admit(&name, denied, false) {
                 Ok(normal) => {
+                    // Refused before, taken now (the policy changed its mind): forget the
+                    // refusal, which would otherwise count against the limit for good.
+                    if self.refused.remove(&name).is_some() {
+                        self.pending.remove(&name);
+                    }
                     if normal != name {
                         self.spellings.insert(normal.clone(), name);
                     } else {

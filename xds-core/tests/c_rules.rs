@@ -519,7 +519,9 @@ fn c04_names_the_policy_denies_are_refused_with_permission_denied_once() {
     let r = d.poll_response(&view, &mut n).unwrap();
     assert_eq!(present(&r), ["a"]);
     assert_eq!(errors(&r.resource_errors), [("secret", code::PERMISSION_DENIED)]);
+    assert_eq!(d.name_count(), 2, "a and the refused secret");
     let _ = d.handle_request(delta(&["secret"], &[], &r.nonce));
     let r = d.poll_response(&view, &mut n).unwrap();
     assert_eq!(present(&r), ["secret"]);
+    assert_eq!(d.name_count(), 2, "the refusal is forgotten once the name is taken");
 }
