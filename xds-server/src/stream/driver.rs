@@ -357,7 +357,7 @@ impl<P: Protocol> Driver<P> {
             self.start()?;
         }
         let wanted = self.shared.callbacks.wants_repeated_names();
-        P::read_names(&mut request, &lock(&self.core.0), &type_url, wanted).map_err(|e| {
+        P::read_names(&mut request, &self.core.0, &type_url, wanted).map_err(|e| {
             self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
         })?;
         if let Err(status) =

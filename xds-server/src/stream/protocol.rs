@@ -2,6 +2,7 @@
 //! type for both variants, and the whole stream above them) is `xds_core`'s.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use xds_cache::Variant;
 use xds_core::{DeltaRequest, ErrorDetail, SotwNames, SotwRequest, SubStream};
@@ -12,7 +13,7 @@ use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
 use crate::requests::{Incoming, Malformed, SotwIncoming};
-use crate::status::TypeStatus;
+use crate::status::{TypeStatus, lock};
 use crate::wire::{DeltaWire, Framed, SotwWire};
 
 /// One protocol variant as the server speaks it: its wire messages and the core variant.
@@ -29,10 +30,11 @@ pub(crate) trait Protocol: Send + 'static {
     fn name_count(request: &Self::Request) -> usize;
     /// Reads the request's names unless its sub-stream already has them: a SotW list that
     /// repeats the sub-stream's last one in `core` is left undecoded, unless `wanted` (the
-    /// callbacks ask to see every list).
+    /// callbacks ask to see every list). `core` is locked for the check only, not while names
+    /// are decoded.
     fn read_names(
         request: &mut Self::Request,
-        core: &CoreStream<Self>,
+        core: &Mutex<CoreStream<Self>>,
         type_url: &TypeUrl,
         wanted: bool,
     ) -> Result<(), Malformed>;
@@ -85,11 +87,11 @@ impl Protocol for Sotw {
 
     fn read_names(
         request: &mut SotwIncoming,
-        core: &CoreStream<Self>,
+        core: &Mutex<CoreStream<Self>>,
         type_url: &TypeUrl,
         wanted: bool,
     ) -> Result<(), Malformed> {
-        request.repeated = core.repeats_names(type_url, &request.digest);
+        request.repeated = lock(core).repeats_names(type_url, &request.digest);
         if wanted || !request.repeated {
             request.request.resource_names = request.names()?;
         }
@@ -158,7 +160,7 @@ impl Protocol for Delta {
 
     fn read_names(
         _: &mut DeltaDiscoveryRequest,
-        _: &CoreStream<Self>,
+        _: &Mutex<CoreStream<Self>>,
         _: &TypeUrl,
         _: bool,
     ) -> Result<(), Malformed> {
