@@ -85,6 +85,8 @@ impl Protocol for Delta {
         if diff.is_empty() && resource_errors.is_empty() && !first_wildcard && !diff.answer_owed {
             return None;
         }
+        // A set sent whole has none of the absent names (they are not in it).
+        let shared = diff.whole.filter(|set| !set.is_empty());
         // Both lists are in name order: merged, a name found under the name wins over its
         // absence (rule S14: never a name twice).
         let mut resources = Vec::with_capacity(diff.send.len() + diff.absent.len());
@@ -104,15 +106,17 @@ impl Protocol for Delta {
         let mut removed_resources = diff.removed;
         removed_resources.sort();
         let spellings = sub.naming.spellings_for(
-            resources
+            shared
                 .iter()
-                .map(DeltaResource::name)
+                .flat_map(|set| set.iter().map(Resource::name))
+                .chain(resources.iter().map(DeltaResource::name))
                 .chain(removed_resources.iter().map(String::as_str)),
         );
         Some(DeltaResponse {
             system_version_info: view.version(),
             nonce: sub.flow.sent(nonces),
             resources,
+            shared,
             removed_resources,
             heartbeat: false,
             resource_errors,
@@ -132,6 +136,7 @@ impl Protocol for Delta {
             system_version_info: String::new(),
             nonce,
             resources: resources.collect(),
+            shared: None,
             removed_resources: Vec::new(),
             heartbeat: true,
             resource_errors: Vec::new(),

@@ -132,13 +132,31 @@ pub struct SotwResponse<R> {
     pub version_info: String,
     /// A fresh nonce (rule D1 applies to SotW too).
     pub nonce: String,
-    /// The resources, by name, each name once (rules S11, S14).
+    /// The resources, by name, each name once (rules S11, S14), beside those of `shared`.
     pub resources: Vec<R>,
+    /// Every resource of this set is sent too, before `resources` (no name is in both): the
+    /// response of a client that gets all of a view's shared set, as every joining client of a
+    /// wildcard or of every name does. A thousand joiners then share one set where each had a
+    /// list of ten thousand handles, and the transport can encode the set once for all of them
+    /// (see [`ResourceSet::memo`](crate::ResourceSet::memo)). [`into_listed`](Self::into_listed)
+    /// makes it one list.
+    pub shared: Option<crate::ResourceSet<R>>,
     /// A heartbeat: the resources (all with a TTL) are refreshed, not changed; they go on the wire
     /// as `Resource` wrappers without a body, at the version the client holds.
     pub heartbeat: bool,
     /// Why subscribed resources are not sent (rule C4), sorted by name; each is sent once.
     pub resource_errors: Vec<crate::naming::ResourceError>,
+}
+
+impl<R: crate::Resource> SotwResponse<R> {
+    /// The same response with the resources of `shared` in `resources`, all in name order.
+    #[must_use]
+    pub fn into_listed(mut self) -> Self {
+        if let Some(set) = self.shared.take() {
+            self.resources = merged(set.iter().cloned(), self.resources, |r| r.name());
+        }
+        self
+    }
 }
 
 /// One entry of a delta response.
@@ -167,8 +185,13 @@ pub struct DeltaResponse<R> {
     pub system_version_info: String,
     /// A fresh nonce (rule D1).
     pub nonce: String,
-    /// Created or changed resources and does-not-exist answers, sorted by name (rule D4).
+    /// Created or changed resources and does-not-exist answers, sorted by name (rule D4),
+    /// beside those of `shared`.
     pub resources: Vec<DeltaResource<R>>,
+    /// Every resource of this set is sent too, without aliases, before `resources` (no name is in
+    /// both): as for [`SotwResponse::shared`]. [`into_listed`](Self::into_listed) makes it one
+    /// list.
+    pub shared: Option<crate::ResourceSet<R>>,
     /// Names the client holds that no longer exist (rule D5), sorted.
     pub removed_resources: Vec<String>,
     /// A heartbeat: every entry is a resource with a TTL that the client holds at this version,
@@ -180,4 +203,31 @@ pub struct DeltaResponse<R> {
     /// form differs (normal form -> as the client wrote it). The entries, `removed_resources`
     /// and errors above are by normal form; the wire names each as the client asked.
     pub spellings: BTreeMap<String, String>,
+}
+
+impl<R: crate::Resource> DeltaResponse<R> {
+    /// The same response with the resources of `shared` in `resources`, all in name order.
+    #[must_use]
+    pub fn into_listed(mut self) -> Self {
+        if let Some(set) = self.shared.take() {
+            let shared =
+                set.iter().map(|r| DeltaResource::Present { resource: r.clone(), aliases: vec![] });
+            self.resources = merged(shared, self.resources, DeltaResource::name);
+        }
+        self
+    }
+}
+
+/// Two lists in name order as one, in name order.
+fn merged<T>(a: impl Iterator<Item = T>, b: Vec<T>, name: impl Fn(&T) -> &str) -> Vec<T> {
+    let mut out = Vec::with_capacity(a.size_hint().0 + b.len());
+    let mut b = b.into_iter().peekable();
+    for x in a {
+        while let Some(y) = b.next_if(|y| name(y) < name(&x)) {
+            out.push(y);
+        }
+        out.push(x);
+    }
+    out.extend(b);
+    out
 }

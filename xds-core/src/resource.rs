@@ -6,8 +6,9 @@
 /// The core never looks inside a resource: it compares versions and hands the handle back in the
 /// responses it computes. Make the handle cheap to clone (an `Arc`), so that building a response
 /// copies pointers, not resources. It is `Send`, as a stream's state (and the responses it has
-/// computed) moves between the threads of whatever runtime drives it.
-pub trait Resource: Clone + Send {
+/// computed) moves between the threads of whatever runtime drives it, and `Sync`, as a view's
+/// [`ResourceSet`] is shared by streams on every thread.
+pub trait Resource: Clone + Send + Sync {
     /// The resource's name.
     fn name(&self) -> &str;
     /// The resource's version: equal versions mean equal content (rules D4, S16).
@@ -124,6 +125,8 @@ struct SetInner<R> {
     /// Whether a resource has a TTL: the core indexes those per client, so a set with one is
     /// not shared (TTLs are for the few resources a client must renew).
     any_ttl: bool,
+    /// What a transport derives from the whole set, kept with it: see [`ResourceSet::memo`].
+    memo: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl<R> Clone for ResourceSet<R> {
@@ -131,6 +134,15 @@ impl<R> Clone for ResourceSet<R> {
         ResourceSet(self.0.clone())
     }
 }
+
+/// Two sets are equal when they hold equal resources (the same set, most often).
+impl<R: PartialEq> PartialEq for ResourceSet<R> {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.resources == other.0.resources
+    }
+}
+
+impl<R: Eq> Eq for ResourceSet<R> {}
 
 impl<R: Resource> ResourceSet<R> {
     /// A set of `resources`, in any order; of two with one name, the later is kept.
@@ -142,7 +154,8 @@ impl<R: Resource> ResourceSet<R> {
         resources.dedup_by(|later, earlier| later.name() == earlier.name());
         resources.reverse();
         let any_ttl = resources.iter().any(|r| r.ttl().is_some());
-        ResourceSet(std::sync::Arc::new(SetInner { resources: resources.into(), any_ttl }))
+        let memo = std::sync::OnceLock::new();
+        ResourceSet(std::sync::Arc::new(SetInner { resources: resources.into(), any_ttl, memo }))
     }
 
     /// The resource named `name`.
@@ -187,6 +200,18 @@ impl<R: Resource> ResourceSet<R> {
 
     pub(crate) fn any_ttl(&self) -> bool {
         self.0.any_ttl
+    }
+
+    /// A value of type `T` kept with the set, made by `T::default()` the first time it is asked
+    /// for, and dropped with the set; `None` when the set already keeps a value of another type.
+    ///
+    /// A response may carry a whole set (`shared` in [`SotwResponse`](crate::SotwResponse) and
+    /// [`DeltaResponse`](crate::DeltaResponse)): in a reconnection storm every joining client of
+    /// a view gets the same set. A transport keeps here what it derives from the set for all of
+    /// them (the server: its encoding, built once per set instead of once per client). The core
+    /// neither reads nor writes it.
+    pub fn memo<T: std::any::Any + Send + Sync + Default>(&self) -> Option<&T> {
+        self.0.memo.get_or_init(|| Box::new(T::default())).downcast_ref()
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::digest::NamesDigest;
 use crate::message::{Handled, RequestKind, SotwNames, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
-use crate::resource::{Resource, View};
+use crate::resource::{Resource, ResourceSet, View};
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
 use crate::tracker::HeldRef;
 
@@ -85,21 +85,24 @@ impl Protocol for Sotw {
         let (diff, resource_errors) = sub.diff(view, defer_removals);
         let owed_first =
             !sub.responded && (sub.traits.full_state || sub.subscription.is_wildcard());
-        let resources = if sub.traits.full_state {
+        let (resources, shared) = if sub.traits.full_state {
             if diff.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
             full_state(sub, view)
         } else {
-            if diff.send.is_empty() && resource_errors.is_empty() && !owed_first {
+            let shared = diff.whole.filter(|set| !set.is_empty());
+            if shared.is_none() && diff.send.is_empty() && resource_errors.is_empty() && !owed_first
+            {
                 return None;
             }
-            diff.send.into_iter().map(|(resource, _)| resource).collect()
+            (diff.send.into_iter().map(|(resource, _)| resource).collect(), shared)
         };
         Some(SotwResponse {
             version_info: view.version(),
             nonce: sub.flow.sent(nonces),
             resources,
+            shared,
             heartbeat: false,
             resource_errors,
         })
@@ -114,6 +117,7 @@ impl Protocol for Sotw {
             version_info: sub.last_sent_version.clone().unwrap_or_default(),
             nonce,
             resources: held,
+            shared: None,
             heartbeat: true,
             resource_errors: Vec::new(),
         }
@@ -141,15 +145,22 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
     true
 }
 
-/// Every subscribed resource that exists, by name, each once (rules S11, S14).
+/// Every subscribed resource that exists, by name, each once (rules S11, S14): for a wildcard
+/// with nothing deferred, the view's shared set whole (see [`SotwResponse::shared`]).
 ///
 /// The comparison that came before has recorded every one of them as held: each is either
 /// unchanged since the client got it or was just compared and sent.
 fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
     sub: &SotwSubStream<R>,
     view: &V,
-) -> Vec<R> {
+) -> (Vec<R>, Option<ResourceSet<R>>) {
     let mut all = Vec::new();
+    if sub.subscription.is_wildcard()
+        && sub.tracker.deferred.is_empty()
+        && let Some(set) = view.resource_set()
+    {
+        return (all, Some(set).filter(|set| !set.is_empty()));
+    }
     if sub.subscription.is_wildcard() {
         match view.resource_set() {
             Some(set) => all.extend(set.iter().cloned()),
@@ -167,5 +178,5 @@ fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
     // Stable: of two with one name, the view's (first) stays.
     all.sort_by(|a, b| a.name().cmp(b.name()));
     all.dedup_by(|later, earlier| later.name() == earlier.name());
-    all
+    (all, None)
 }

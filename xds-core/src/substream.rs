@@ -93,6 +93,11 @@ pub trait Response {
     fn is_heartbeat(&self) -> bool;
     /// Calls `f` with the name of every entry the response carries.
     fn for_each_name(&self, f: &mut dyn FnMut(&str));
+    /// The same response with its shared set, if any, listed entry by entry.
+    #[must_use]
+    fn into_listed(self) -> Self
+    where
+        Self: Sized;
 }
 
 /// One type URL on one stream, SotW ([`SotwSubStream`](crate::SotwSubStream)) or delta
@@ -130,6 +135,8 @@ pub struct SubStream<P, R> {
     pub(crate) listed: Option<NamesDigest>,
     /// Rules C1, C4: names normalized on the way in, resource errors on the way out.
     pub(crate) naming: Naming,
+    /// Whether responses may carry a shared set whole (see [`Self::share_sets`]).
+    shared_sets: bool,
     variant: PhantomData<fn() -> P>,
 }
 
@@ -147,6 +154,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             last_sent_version: None,
             listed: None,
             naming: Naming::default(),
+            shared_sets: false,
             variant: PhantomData,
         }
     }
@@ -166,7 +174,11 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             &self.subscription,
             &mut diff.absent,
             &diff.recheck,
-            diff.send.iter().map(|(resource, _)| resource.name()),
+            diff.whole
+                .iter()
+                .flat_map(|set| set.iter())
+                .chain(diff.send.iter().map(|(r, _)| r))
+                .map(|r| r.name()),
         );
         (diff, errors)
     }
@@ -187,6 +199,14 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// first request.
     pub fn configure_names(&mut self, resource_type: Option<&str>, resource_errors: bool) {
         self.naming.configure(resource_type, resource_errors);
+    }
+
+    /// Lets responses carry a view's shared set whole, in their `shared` field
+    /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)), instead of a handle per
+    /// resource in `resources`: for a caller that writes `shared` (the server encodes such a set
+    /// once for every client it goes to). Off by default.
+    pub fn share_sets(&mut self, on: bool) {
+        self.shared_sets = on;
     }
 
     /// Takes in one request. SotW: rules S4, S5, S7, S8, S9, S10, S12, S15; delta: D1, D2, D3, D7,
@@ -228,6 +248,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             return None;
         }
         let response = P::respond(self, view, nonces, removals == Removals::Defer)?;
+        let response = if self.shared_sets { response } else { response.into_listed() };
         self.responded = true;
         self.last_sent_version = Some(response.version().to_owned());
         Some(response)
@@ -331,13 +352,19 @@ macro_rules! impl_response {
                 &self.$version
             }
             fn len(&self) -> usize {
-                self.resources.len()
+                self.resources.len() + self.shared.as_ref().map_or(0, |set| set.len())
             }
             fn is_heartbeat(&self) -> bool {
                 self.heartbeat
             }
             fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+                if let Some(set) = &self.shared {
+                    set.iter().for_each(|r| f(r.name()));
+                }
                 self.resources.iter().for_each(|entry| f(entry.name()));
+            }
+            fn into_listed(self) -> Self {
+                crate::message::$response::into_listed(self)
             }
         }
     };

@@ -64,6 +64,9 @@ impl<R> Default for Tracker<R> {
 /// The outcome of comparing the client's state with a view. The tracker is already updated as if
 /// the response built from it had been sent.
 pub(crate) struct Diff<R> {
+    /// Every resource of this set is to be sent (a joining client covering all of the view's
+    /// shared set), beside `send`, which then has none of its names.
+    pub(crate) whole: Option<ResourceSet<R>>,
     /// Resources to send, in name order, each once, with the aliases they were subscribed by.
     pub(crate) send: Vec<(R, Vec<String>)>,
     /// Held names that no longer exist or no longer belong to a wildcard (rule D5).
@@ -78,9 +81,12 @@ pub(crate) struct Diff<R> {
     pub(crate) answer_owed: bool,
 }
 
-impl<R> Diff<R> {
+impl<R: Resource> Diff<R> {
     pub(crate) fn is_empty(&self) -> bool {
-        self.send.is_empty() && self.removed.is_empty() && self.absent.is_empty()
+        self.whole.as_ref().is_none_or(ResourceSet::is_empty)
+            && self.send.is_empty()
+            && self.removed.is_empty()
+            && self.absent.is_empty()
     }
 }
 
@@ -413,6 +419,7 @@ impl<R: Resource> Tracker<R> {
     ) -> Diff<R> {
         // Nothing held, so nothing can be waiting for removal.
         self.deferred.clear();
+        let mut whole = None;
         let mut send: Vec<(R, Vec<String>)> = Vec::new();
         let mut absent = Vec::new();
         let lookup = |name: &str| match set {
@@ -421,7 +428,8 @@ impl<R: Resource> Tracker<R> {
         };
         if sub.is_wildcard() {
             match set {
-                Some(set) => send.extend(set.iter().map(|r| (r.clone(), Vec::new()))),
+                // The set whole, not a list of its handles (see `DeltaResponse::shared`).
+                Some(set) => whole = Some(set.clone()),
                 None => {
                     view.for_each(&mut |r| send.push((r.clone(), Vec::new())));
                     // A view need not list its resources in order.
@@ -433,6 +441,13 @@ impl<R: Resource> Tracker<R> {
                     absent.push((name.clone(), false));
                 }
             }
+        } else if let Some(set) = set
+            && sub.globs().is_empty()
+            && sub.names().len() == set.len()
+            && sub.names().iter().zip(set.iter()).all(|(name, r)| name.as_str() == r.name())
+        {
+            // Every name of the set subscribed (an EDS client of every cluster): the set whole.
+            whole = Some(set.clone());
         } else if let Some(set) = set {
             // Both in name order: one merge, not a search per name (10,000 names per joining
             // client in a storm).
@@ -475,7 +490,8 @@ impl<R: Resource> Tracker<R> {
         for (name, _) in &absent {
             self.hold(Arc::from(name.as_str()), Held::Absent);
         }
-        Diff { send, removed: Vec::new(), absent, recheck: Vec::new(), answer_owed: false }
+        let recheck = Vec::new();
+        Diff { whole, send, removed: Vec::new(), absent, recheck, answer_owed: false }
     }
 
     /// Makes `set` the base after a complete comparison with the view it came from: the client
@@ -514,6 +530,7 @@ impl<R: Resource> Tracker<R> {
         let mut out = Compared {
             send: BTreeMap::new(),
             diff: Diff {
+                whole: None,
                 send: Vec::new(),
                 removed: Vec::new(),
                 absent: Vec::new(),
@@ -738,6 +755,7 @@ mod tests {
         n: &mut Nonces,
     ) -> (Vec<String>, Vec<String>) {
         let Some(r) = s.poll_response(view, n) else { return (Vec::new(), Vec::new()) };
+        let r = r.into_listed();
         let _ = s.handle_request(request(&[], &[], &r.nonce));
         let sent = r
             .resources
@@ -842,5 +860,42 @@ mod tests {
                 ("cluster-00003".into(), Some("1".into()))
             ]
         );
+    }
+
+    /// Issue 14: a joining client that gets all of the view's set gets the set itself, which the
+    /// transport encodes once for every such client; anything less is a list.
+    #[test]
+    fn joiners_of_everything_are_sent_the_shared_set_whole() {
+        let view = clusters(100);
+        let mut n = Nonces::new();
+        let all: Vec<String> = (0..100).map(|i| format!("cluster-{i:05}")).collect();
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let set = view.resource_set().expect("a set");
+        let eds = TypeTraits { wildcard_capable: false, full_state: false, aliases: false };
+        for (traits, names) in [(CDS, vec!["*"]), (eds, all.clone())] {
+            let mut s: DeltaSubStream<Res> = SubStream::new(traits);
+            s.share_sets(true);
+            let _ = s.handle_request(request(&names, &[], ""));
+            let r = s.poll_response(&view, &mut n).expect("owed");
+            assert!(r.shared.as_ref().is_some_and(|shared| shared.ptr_eq(&set)), "{names:?}");
+            assert!(r.resources.is_empty());
+            assert_eq!(crate::substream::Response::len(&r), 100);
+            assert!(s.tracker.held.is_empty());
+            // Held afterwards as if listed: an ACK and no change owe nothing.
+            let _ = s.handle_request(request(&[], &[], &r.nonce));
+            assert!(s.poll_response(&view, &mut n).is_none());
+        }
+        // One name short of the set, or not opted in: a list.
+        let mut s: DeltaSubStream<Res> = SubStream::new(eds);
+        s.share_sets(true);
+        let _ = s.handle_request(request(&all[1..], &[], ""));
+        let r = s.poll_response(&view, &mut n).expect("owed");
+        assert!(r.shared.is_none());
+        assert_eq!(r.resources.len(), 99);
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["*"], &[], ""));
+        let r = s.poll_response(&view, &mut n).expect("owed");
+        assert!(r.shared.is_none());
+        assert_eq!(r.resources.len(), 100);
     }
 }

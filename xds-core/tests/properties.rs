@@ -110,9 +110,11 @@ proptest! {
     // 256 cases by default; PROPTEST_CASES=100000 for a longer search.
 
     #[test]
-    fn delta_client_converges_to_the_servers_view(t in traits(), no_set in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+    fn delta_client_converges_to_the_servers_view(t in traits(), no_set in any::<bool>(), shared in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
         let mut view = MemView { no_set, ..MemView::default() };
         let mut s = DeltaSubStream::new(t);
+        // Issue 14: a response may carry the view's set whole; read as listed, it is the same.
+        s.share_sets(shared);
         let mut n = Nonces::new();
         let mut client = BTreeMap::new();
         let mut last: Option<String> = None;
@@ -150,7 +152,7 @@ proptest! {
                     prop_assert_eq!(s.clone().poll_response(&view, &mut n1), before.clone().poll_response(&view, &mut n2));
                 }
             }
-            if let Some(r) = s.poll_response(&view, &mut n) {
+            if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 assert_unique(r.resources.iter().map(|e| e.name()).chain(r.removed_resources.iter().map(|s| s.as_str())));
                 apply_delta(&mut client, &r);
                 last = Some(r.nonce.clone());
@@ -161,7 +163,7 @@ proptest! {
             if let Some(nonce) = last.take() {
                 let _ = s.handle_request(delta(&[], &[], &nonce));
             }
-            if let Some(r) = s.poll_response(&view, &mut n) {
+            if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 apply_delta(&mut client, &r);
                 last = Some(r.nonce.clone());
             }
@@ -171,9 +173,10 @@ proptest! {
     }
 
     #[test]
-    fn sotw_client_converges_and_unchanged_state_sends_nothing(t in traits(), no_set in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
+    fn sotw_client_converges_and_unchanged_state_sends_nothing(t in traits(), no_set in any::<bool>(), shared in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
         let mut view = MemView { no_set, ..MemView::default() };
         let mut s = SotwSubStream::new(t);
+        s.share_sets(shared);
         let mut n = Nonces::new();
         let mut client = BTreeMap::new();
         let mut names: Vec<String> = Vec::new();
@@ -216,7 +219,7 @@ proptest! {
                     }
                 }
             }
-            if let Some(r) = s.poll_response(&view, &mut n) {
+            if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 assert_unique(r.resources.iter().map(|x| x.name.as_str()));
                 apply_sotw(&mut client, &r, t.full_state);
                 last = Some(r);
@@ -228,7 +231,7 @@ proptest! {
                 let resource_names = as_server_sends(&s, &names);
                 let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: r.nonce.clone(), error_detail: None, denied: Default::default() });
             }
-            if let Some(r) = s.poll_response(&view, &mut n) {
+            if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 apply_sotw(&mut client, &r, t.full_state);
                 last = Some(r);
             }

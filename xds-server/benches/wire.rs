@@ -49,6 +49,7 @@ fn main() {
     group.bench_function("from_encoded_bytes", |b| {
         b.iter(|| {
             let response = SotwResponse {
+                shared: None,
                 version_info: "v1".into(),
                 nonce: "1".into(),
                 resources: encoded.clone(),
@@ -83,6 +84,7 @@ fn main() {
                 (0..n)
                     .map(|_| {
                         let response = SotwResponse {
+                            shared: None,
                             version_info: "v1".into(),
                             nonce: "1".into(),
                             resources: encoded.clone(),

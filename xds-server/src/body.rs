@@ -31,13 +31,29 @@ pub(crate) const CHUNK: usize = 16 * 1024;
 /// The gRPC length-prefixed frame header: a compression flag and a big-endian length.
 const HEADER: usize = 5;
 
+/// A message's shared bytes ([`Framed::shared`]) beyond this go out as slices of themselves,
+/// without a copy, this many bytes at a time; a shorter rest is copied into a chunk with the
+/// parts around it, so that no data frame is tiny.
+const SLICE: usize = 256 * 1024;
+
 /// A message being written, and how far.
 struct Writing<W> {
     message: W,
-    /// The next part to write; `None` before the head.
-    next: Option<usize>,
+    /// What to write next.
+    next: Next,
     /// Bytes the message still owes (for the chunk capacity and a consistency check).
     remaining: usize,
+}
+
+/// How far a message is written.
+#[derive(Clone, Copy)]
+enum Next {
+    /// The frame header and the head.
+    Head,
+    /// The shared bytes, from this offset.
+    Shared(usize),
+    /// The parts, from this one.
+    Part(usize),
 }
 
 /// The response body of one stream: each message of `stream` as a gRPC frame, then trailers
@@ -79,24 +95,47 @@ impl<W: Framed> Writing<W> {
                 "a response of {len} bytes does not fit a gRPC frame"
             )));
         }
-        Ok(Writing { message, next: None, remaining: HEADER + len })
+        Ok(Writing { message, next: Next::Head, remaining: HEADER + len })
     }
 
     /// The next chunk, and whether it is the message's last.
     fn chunk(&mut self) -> (Bytes, bool) {
-        let mut buf = BytesMut::with_capacity(self.remaining.min(CHUNK + CHUNK / 4));
-        let next = match self.next {
-            Some(next) => next,
-            None => {
-                buf.put_u8(0);
-                // `start` checked that the length fits.
-                buf.put_u32(u32::try_from(self.remaining - HEADER).unwrap_or(u32::MAX));
-                self.message.put_head(&mut buf);
-                0
+        let mut buf = BytesMut::new();
+        if let Next::Head = self.next {
+            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
+            buf.put_u8(0);
+            // `start` checked that the length fits.
+            buf.put_u32(u32::try_from(self.remaining - HEADER).unwrap_or(u32::MAX));
+            self.message.put_head(&mut buf);
+            self.next = Next::Shared(0);
+        }
+        if let Next::Shared(at) = self.next {
+            // A handle on the shared bytes (a reference count), not a copy.
+            let shared = self.message.shared().cloned().unwrap_or_default();
+            let rest = shared.len().saturating_sub(at);
+            if rest > CHUNK {
+                // The head goes out with a copy of the first chunk's worth, so that it is not a
+                // frame of its own; after that, slices of the shared bytes as they are.
+                let take = if buf.is_empty() { rest.min(SLICE) } else { CHUNK };
+                let chunk = if buf.is_empty() {
+                    shared.slice(at..at + take)
+                } else {
+                    buf.put_slice(&shared[at..at + take]);
+                    buf.freeze()
+                };
+                self.next = Next::Shared(at + take);
+                self.remaining = self.remaining.saturating_sub(chunk.len());
+                return (chunk, false);
             }
+            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
+            buf.put_slice(&shared[at.min(shared.len())..]);
+            self.next = Next::Part(0);
+        }
+        let mut i = match self.next {
+            Next::Part(i) => i,
+            Next::Head | Next::Shared(_) => 0,
         };
         let parts = self.message.parts();
-        let mut i = next;
         while i < parts && buf.len() < CHUNK {
             self.message.put_part(i, &mut buf);
             i += 1;
@@ -105,7 +144,7 @@ impl<W: Framed> Writing<W> {
         if last {
             self.message.put_tail(&mut buf);
         }
-        self.next = Some(i);
+        self.next = Next::Part(i);
         self.remaining = self.remaining.saturating_sub(buf.len());
         debug_assert!(!last || self.remaining == 0, "encoded_len disagrees with the parts");
         (buf.freeze(), last)
@@ -179,6 +218,7 @@ mod tests {
             SotwResponse {
                 version_info: version.into(),
                 resources,
+                shared: None,
                 nonce: format!("n-{version}"),
                 heartbeat: false,
                 resource_errors: Vec::new(),
@@ -234,6 +274,39 @@ mod tests {
         assert_eq!(decoded[0].control_plane.as_ref().unwrap().identifier, "cp-1");
         assert_eq!(decoded[1].version_info, "v2");
         assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+    }
+
+    /// Issue 14: a whole set's shared encoding goes out as slices of itself, not copied.
+    #[tokio::test]
+    async fn a_shared_set_goes_out_as_slices_of_its_one_encoding() {
+        let listed = response(3_000, "v1");
+        let set = xds_core::ResourceSet::new(listed.resources.clone());
+        let shared = SotwWire::new(
+            &TypeUrl::from(ResourceType::ClusterLoadAssignment),
+            SotwResponse {
+                version_info: "v1".into(),
+                resources: Vec::new(),
+                shared: Some(set),
+                nonce: "n-v1".into(),
+                heartbeat: false,
+                resource_errors: Vec::new(),
+            },
+            Some("cp-1"),
+        );
+        let encoding = shared.shared.as_ref().unwrap().bytes.clone();
+        assert!(encoding.len() > 3 * CHUNK, "{} bytes", encoding.len());
+        let expected = listed.encode_to_vec();
+        let body = StreamBody::new(Box::pin(stream::iter([Ok(shared), Ok(response(1, "v2"))])));
+        let (chunks, _) = collect(body).await;
+
+        let range = encoding.as_ptr() as usize..encoding.as_ptr() as usize + encoding.len();
+        let slices = chunks.iter().filter(|c| range.contains(&(c.as_ptr() as usize))).count();
+        assert!(slices >= 1, "the shared bytes are written as they are");
+        let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        assert!(all[5..5 + expected.len()] == expected[..], "the same message as listed");
+        let decoded = messages(&all);
+        assert_eq!(decoded[0].resources.len(), 3_000);
+        assert_eq!(decoded[1].version_info, "v2");
     }
 
     #[tokio::test]

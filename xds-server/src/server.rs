@@ -543,6 +543,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
             {
                 Fetched::Current { version, resources } => Ok(tonic::Response::new(SotwWire {
                     version_info: version,
+                    shared: None,
                     resources,
                     type_url: type_url.as_str().to_owned(),
                     nonce: String::new(),

@@ -6,12 +6,13 @@
 //! encodes. They are meant to be encoded only: decoding one skips every field (the server never
 //! reads a response; decode a `DiscoveryResponse` instead).
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
+use xds_core::{DeltaResource, DeltaResponse, ResourceError, ResourceSet, SotwResponse};
 use xds_proto::{EncodedResource, TypeUrl};
 
 /// A `DiscoveryResponse` over encoded resources.
@@ -19,6 +20,9 @@ use xds_proto::{EncodedResource, TypeUrl};
 pub struct SotwWire {
     /// Field 1.
     pub version_info: String,
+    /// Field 2: a whole set's entries, encoded once for every client it goes to (see
+    /// `EncodedSet`); written before `resources`.
+    pub shared: Option<EncodedSet>,
     /// Field 2: each encoded as an `Any`.
     pub resources: Vec<EncodedResource>,
     /// Field 4.
@@ -38,6 +42,9 @@ pub struct SotwWire {
 pub struct DeltaWire {
     /// Field 1.
     pub system_version_info: String,
+    /// Field 2: a whole set's `Resource` entries, encoded once for every client it goes to (see
+    /// `EncodedSet`); written before `resources`.
+    pub shared: Option<EncodedSet>,
     /// Field 2: `Resource` messages.
     pub resources: Vec<DeltaResource<EncodedResource>>,
     /// Field 4.
@@ -57,11 +64,66 @@ pub struct DeltaWire {
     pub heartbeat: bool,
 }
 
+/// The entries of a whole [`ResourceSet`] as they go on the wire: the same bytes for every
+/// client that gets the set, written without a copy (`crate::body`).
+#[derive(Clone, Debug)]
+pub struct EncodedSet {
+    /// The entries, each with its field key and length.
+    pub bytes: Bytes,
+    /// The resource bodies they carry, in bytes (for metrics).
+    pub body_bytes: usize,
+}
+
+/// A set's encodings, made the first time a response carries the set whole and kept with it
+/// ([`ResourceSet::memo`]): in a storm every joining client of a view gets the same set, so it
+/// is encoded once, not once per client (issue 14: the copy and the framing were a third of the
+/// storm's CPU).
+#[derive(Default)]
+pub(crate) struct SetEncoding {
+    sotw: OnceLock<EncodedSet>,
+    delta: OnceLock<EncodedSet>,
+}
+
+/// Which response's entries.
+#[derive(Clone, Copy)]
+enum Variant {
+    Sotw,
+    Delta,
+}
+
+/// `set`'s entries for `variant`, encoded on first use; `None` if the set keeps another memo.
+fn encoded_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Option<EncodedSet> {
+    let memo = set.memo::<SetEncoding>()?;
+    let cell = match variant {
+        Variant::Sotw => &memo.sotw,
+        Variant::Delta => &memo.delta,
+    };
+    let encoded = cell.get_or_init(|| {
+        let mut buf = BytesMut::new();
+        let none = BTreeMap::new();
+        for r in set.iter() {
+            match variant {
+                Variant::Sotw => put_sotw_any(r, false, &mut buf),
+                Variant::Delta => {
+                    let entry = DeltaResource::Present { resource: r.clone(), aliases: Vec::new() };
+                    put_delta_resource(&entry, false, &none, &mut buf);
+                }
+            }
+        }
+        EncodedSet { bytes: buf.freeze(), body_bytes: set.iter().map(|r| r.value().len()).sum() }
+    });
+    Some(encoded.clone())
+}
+
 impl SotwWire {
     /// The wire form of a core response for `type_url`.
     pub fn new(type_url: &TypeUrl, r: SotwResponse<EncodedResource>, cp: Option<&str>) -> Self {
+        let shared = r.shared.as_ref().and_then(|set| encoded_set(set, Variant::Sotw));
+        // A set that cannot be encoded whole goes entry by entry.
+        let r = if shared.is_none() { r.into_listed() } else { r };
         SotwWire {
             version_info: r.version_info,
+            shared,
             resources: r.resources,
             type_url: type_url.as_str().to_owned(),
             nonce: r.nonce,
@@ -73,15 +135,25 @@ impl SotwWire {
 
     /// The bytes of resource bodies carried (for metrics).
     pub fn body_bytes(&self) -> usize {
-        self.resources.iter().map(|r| r.value().len()).sum()
+        self.shared.as_ref().map_or(0, |s| s.body_bytes)
+            + self.resources.iter().map(|r| r.value().len()).sum::<usize>()
     }
 }
 
 impl DeltaWire {
     /// The wire form of a core response for `type_url`.
     pub fn new(type_url: &TypeUrl, r: DeltaResponse<EncodedResource>, cp: Option<&str>) -> Self {
+        // The set's encoding names each resource by its normal form: a client that spelled some
+        // of them otherwise (rule C1) is written entry by entry.
+        let shared = r
+            .shared
+            .as_ref()
+            .filter(|_| r.spellings.is_empty())
+            .and_then(|set| encoded_set(set, Variant::Delta));
+        let r = if shared.is_none() { r.into_listed() } else { r };
         DeltaWire {
             system_version_info: r.system_version_info,
+            shared,
             resources: r.resources,
             type_url: type_url.as_str().to_owned(),
             nonce: r.nonce,
@@ -99,7 +171,8 @@ impl DeltaWire {
             DeltaResource::Present { resource, .. } if !self.heartbeat => Some(resource),
             _ => None,
         });
-        present.map(|r| r.value().len()).sum()
+        self.shared.as_ref().map_or(0, |s| s.body_bytes)
+            + present.map(|r| r.value().len()).sum::<usize>()
     }
 }
 
@@ -109,6 +182,9 @@ impl DeltaWire {
 pub(crate) trait Framed: Message + Send + 'static {
     /// The fields before the parts.
     fn put_head(&self, buf: &mut impl BufMut);
+    /// Bytes that go between the head and the parts as they are, shared with other responses
+    /// (a whole set's entries): the body writes them without copying.
+    fn shared(&self) -> Option<&Bytes>;
     /// How many parts (resources) there are.
     fn parts(&self) -> usize;
     /// Part `i`; nothing for an index out of range.
@@ -119,6 +195,9 @@ pub(crate) trait Framed: Message + Send + 'static {
     /// The whole message: what `Message::encode_raw` writes.
     fn put_all(&self, buf: &mut impl BufMut) {
         self.put_head(buf);
+        if let Some(shared) = self.shared() {
+            buf.put_slice(shared);
+        }
         for i in 0..self.parts() {
             self.put_part(i, buf);
         }
@@ -338,6 +417,10 @@ impl Framed for SotwWire {
         put_string(1, &self.version_info, buf);
     }
 
+    fn shared(&self) -> Option<&Bytes> {
+        self.shared.as_ref().map(|s| &s.bytes)
+    }
+
     fn parts(&self) -> usize {
         self.resources.len()
     }
@@ -373,6 +456,7 @@ impl Message for SotwWire {
 
     fn encoded_len(&self) -> usize {
         string_len(1, &self.version_info)
+            + self.shared.as_ref().map_or(0, |s| s.bytes.len())
             + self
                 .resources
                 .iter()
@@ -392,6 +476,10 @@ impl Message for SotwWire {
 impl Framed for DeltaWire {
     fn put_head(&self, buf: &mut impl BufMut) {
         put_string(1, &self.system_version_info, buf);
+    }
+
+    fn shared(&self) -> Option<&Bytes> {
+        self.shared.as_ref().map(|s| &s.bytes)
     }
 
     fn parts(&self) -> usize {
@@ -432,6 +520,7 @@ impl Message for DeltaWire {
 
     fn encoded_len(&self) -> usize {
         string_len(1, &self.system_version_info)
+            + self.shared.as_ref().map_or(0, |s| s.bytes.len())
             + self
                 .resources
                 .iter()
@@ -467,6 +556,7 @@ mod tests {
     #[test]
     fn sotw_wire_decodes_as_a_discovery_response() {
         let wire = SotwWire {
+            shared: None,
             version_info: "v1".into(),
             resources: vec![cluster("a"), cluster("b")],
             type_url: xds_proto::ResourceType::Cluster.type_url().into(),
@@ -497,6 +587,7 @@ mod tests {
         let ttl = cluster("t").with_ttl(Duration::from_secs(30));
         for heartbeat in [false, true] {
             let wire = SotwWire {
+                shared: None,
                 version_info: "v".into(),
                 resources: vec![cluster("plain"), ttl.clone()],
                 type_url: xds_proto::ResourceType::Cluster.type_url().into(),
@@ -520,10 +611,67 @@ mod tests {
         }
     }
 
+    /// Issue 14: a set sent whole is encoded once, and reads as its resources listed one by one.
+    #[test]
+    fn a_shared_set_is_encoded_once_for_every_response_and_reads_as_its_list() {
+        let set = ResourceSet::new((0..300).map(|i| cluster(&format!("c{i:03}"))).collect());
+        let url = TypeUrl::from(xds_proto::ResourceType::Cluster);
+
+        let sotw = SotwResponse {
+            version_info: "v".into(),
+            nonce: "1".into(),
+            resources: vec![cluster("z")],
+            shared: Some(set.clone()),
+            heartbeat: false,
+            resource_errors: Vec::new(),
+        };
+        let (a, b) =
+            (SotwWire::new(&url, sotw.clone(), None), SotwWire::new(&url, sotw.clone(), None));
+        let (sa, sb) = (a.shared.as_ref().unwrap(), b.shared.as_ref().unwrap());
+        assert_eq!(sa.bytes.as_ptr(), sb.bytes.as_ptr(), "one encoding for both");
+        let listed = SotwWire::new(&url, sotw.into_listed(), None);
+        assert!(listed.shared.is_none());
+        assert!(a.encode_to_vec() == listed.encode_to_vec(), "the same bytes as listed");
+        assert_eq!(a.encoded_len(), listed.encoded_len());
+        assert_eq!(a.body_bytes(), listed.body_bytes());
+        assert_eq!(DiscoveryResponse::decode(&*a.encode_to_vec()).unwrap().resources.len(), 301);
+
+        let delta = DeltaResponse {
+            system_version_info: "v".into(),
+            nonce: "2".into(),
+            resources: vec![DeltaResource::Absent { name: "zz".into(), aliases: vec![] }],
+            shared: Some(set.clone()),
+            removed_resources: vec!["gone".into()],
+            heartbeat: false,
+            resource_errors: Vec::new(),
+            spellings: BTreeMap::new(),
+        };
+        let a = DeltaWire::new(&url, delta.clone(), None);
+        let b = DeltaWire::new(&url, delta.clone(), None);
+        let (sa, sb) = (a.shared.as_ref().unwrap(), b.shared.as_ref().unwrap());
+        assert_eq!(sa.bytes.as_ptr(), sb.bytes.as_ptr(), "one encoding for both");
+        let listed = DeltaWire::new(&url, delta.clone().into_listed(), None);
+        assert!(a.encode_to_vec() == listed.encode_to_vec(), "the same bytes as listed");
+        assert_eq!(a.body_bytes(), listed.body_bytes());
+        let d = DeltaDiscoveryResponse::decode(&*a.encode_to_vec()).unwrap();
+        assert_eq!(d.resources.len(), 301);
+        assert_eq!(d.resources[7].name, "c007");
+        assert_eq!(d.resources[7].resource.as_ref().unwrap(), &cluster("c007").to_any());
+
+        // Rule C1: a client that spelled a name otherwise is written entry by entry, as asked.
+        let mut spelled = delta;
+        spelled.spellings.insert("c001".into(), "C-one".into());
+        let wire = DeltaWire::new(&url, spelled, None);
+        assert!(wire.shared.is_none());
+        let d = DeltaDiscoveryResponse::decode(&*wire.encode_to_vec()).unwrap();
+        assert_eq!(d.resources[1].name, "C-one");
+    }
+
     #[test]
     fn delta_heartbeat_has_no_body() {
         let r = cluster("t").with_ttl(Duration::from_secs(2));
         let wire = DeltaWire {
+            shared: None,
             resources: vec![DeltaResource::Present { resource: r.clone(), aliases: vec![] }],
             nonce: "n".into(),
             heartbeat: true,
@@ -541,6 +689,7 @@ mod tests {
     #[test]
     fn delta_wire_decodes_as_a_delta_discovery_response() {
         let wire = DeltaWire {
+            shared: None,
             system_version_info: "sys".into(),
             resources: vec![
                 DeltaResource::Present {

@@ -59,6 +59,11 @@ pub struct StreamConfig {
     /// request after request, so without this one client could make the stream hold any number
     /// of names (measured: 30 requests of 60,000 names, 380 MB).
     pub max_subscribed_names: usize,
+    /// Whether the caller writes a response's `shared` set
+    /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)): then a joining client's
+    /// response carries the view's set whole, which the caller can encode once for all of them.
+    /// Off, every response lists each of its resources, as a caller unaware of `shared` expects.
+    pub shared_sets: bool,
 }
 
 impl Default for StreamConfig {
@@ -70,6 +75,7 @@ impl Default for StreamConfig {
             max_requests_per_second: u32::MAX,
             request_burst: u32::MAX,
             max_subscribed_names: usize::MAX,
+            shared_sets: false,
         }
     }
 }
@@ -321,12 +327,14 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         now: Instant,
     ) -> Result<(), StreamError> {
         let resource_errors = self.resource_errors;
+        let shared_sets = self.config.shared_sets;
         let slot = self.subs.entry(type_key.clone()).or_insert_with(|| Slot {
             sub: {
                 let mut sub = SubStream::new(type_key.traits());
                 // Rule C1: an xdstp:// name must name this type (by its message name).
                 let message_name = type_key.type_url().rsplit('/').next();
                 sub.configure_names(message_name, resource_errors);
+                sub.share_sets(shared_sets);
                 sub
             },
             role: type_key.role(),

@@ -164,6 +164,8 @@ pub(crate) fn open<P: Protocol>(
         max_requests_per_second: limits.max_requests_per_second,
         request_burst: limits.request_burst,
         max_subscribed_names: limits.max_subscribed_names,
+        // The wire encodes a whole set once for every client it goes to (`wire::SetEncoding`).
+        shared_sets: true,
     };
     let now = Instant::now();
     let core = match &info.type_url {
