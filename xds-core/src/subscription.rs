@@ -98,6 +98,27 @@ fn share(names: Arc<BTreeSet<String>>, digest: u128) -> Arc<BTreeSet<String>> {
     if Arc::ptr_eq(&existing, &names) || *existing == *names { existing } else { names }
 }
 
+/// The live set shared by other subscriptions that is equal to `names` (with `digest` as
+/// [`share`] keys it), found without building a set of `names`: a thousand proxies subscribing to
+/// the same 10,000 names in one request then build one set between them. The names are put in
+/// order by reference (no string is copied) when the client did not send them in order.
+fn shared_equal(mut names: Vec<&String>, digest: u128) -> Option<Arc<BTreeSet<String>>> {
+    if names.len() < MIN_SHARED {
+        return None;
+    }
+    let existing = {
+        let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.as_ref()?.get(&(digest, names.len())).and_then(Weak::upgrade)?
+    };
+    // Compared outside the lock, as in `share`. A list with a name twice is never equal to a
+    // set of its length.
+    if !names.is_sorted() {
+        names.sort_unstable();
+    }
+    (existing.len() == names.len() && existing.iter().zip(&names).all(|(e, n)| e == *n))
+        .then_some(existing)
+}
+
 /// The names a subscription change added and removed. When the wildcard joins or leaves, its
 /// marker `*` comes first in `added` or `removed`, before the names in order. (A type without a
 /// wildcard may have a resource named `*`: that is an ordinary name, in its sorted place.)
@@ -251,15 +272,25 @@ impl Subscription {
         }
         if self.names.is_empty() && subscribe.len() >= MIN_SHARED {
             // A first large subscription (a proxy asking for every cluster's endpoints) is built
-            // in one go, as a bulk-loaded tree, rather than name by name.
-            let names: BTreeSet<String> = subscribe
+            // in one go, as a bulk-loaded tree, rather than name by name; or, when another
+            // subscription has the same names, not built at all.
+            let plain: Vec<&String> = subscribe
                 .iter()
                 .filter(|name| !(is_glob_name(name) || (wildcard_capable && *name == WILDCARD)))
-                .cloned()
                 .collect();
-            change.added.extend(names.iter().cloned());
-            self.digest = digest(names.iter());
-            self.names = Arc::new(names);
+            let listed = digest(plain.iter().copied());
+            match shared_equal(plain.clone(), listed) {
+                Some(shared) => {
+                    self.names = shared;
+                    self.digest = listed;
+                }
+                None => {
+                    let names: BTreeSet<String> = plain.into_iter().cloned().collect();
+                    self.digest = digest(names.iter());
+                    self.names = Arc::new(names);
+                }
+            }
+            change.added.extend(self.names.iter().cloned());
             if wildcard_capable && subscribe.iter().any(|name| name == WILDCARD) {
                 self.wildcard = Wildcard::Explicit;
             }
@@ -352,6 +383,17 @@ mod tests {
         b.apply_delta(&reversed, &[], true, false);
         c.apply_sotw(many.clone(), true, false);
         assert!(Arc::ptr_eq(&a.names, &b.names) && Arc::ptr_eq(&a.names, &c.names));
+        // Taken from the shared set without building one: with the wildcard among the names,
+        // and not with a name twice (a list of the set's length that is not the set).
+        let mut starred = reversed.clone();
+        starred.insert(500, WILDCARD.to_owned());
+        let mut twice = many.clone();
+        twice[7] = twice[8].clone();
+        let (mut w, mut t) = (Subscription::default(), Subscription::default());
+        w.apply_delta(&starred, &[], true, true);
+        t.apply_delta(&twice, &[], true, false);
+        assert!(Arc::ptr_eq(&a.names, &w.names) && w.is_wildcard() && w.digest == a.digest);
+        assert!(!Arc::ptr_eq(&a.names, &t.names) && t.names().len() == 999);
 
         // A change copies the set for the one that changed, and leaves the others as they were.
         b.apply_delta(&names(&["extra"]), &names(&["cluster-00000"]), false, false);
