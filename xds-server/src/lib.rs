@@ -119,9 +119,9 @@ pub mod prelude {
         Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
     };
     pub use xds_cache::{
-        Cache, CacheError, DynView, LinearCache, MuxCache, Signal, Snapshot, SnapshotCache,
-        TypeVersion, Watch, WatchRequest, Watchers,
+        Cache, CacheError, DynView, LinearCache, MuxCache, Registration, Signal, Snapshot,
+        SnapshotCache, TypeVersion, Watch, WatchRequest, Watchers,
     };
-    pub use xds_core::View;
-    pub use xds_proto::{EncodedResource, ResourceType, TypeUrl, XdsResource};
+    pub use xds_core::{ResourceSet, View};
+    pub use xds_proto::{EncodeError, EncodedResource, ResourceType, TypeUrl, XdsResource};
 }

@@ -8,12 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use xds_cache::{
-    Cache, CacheError, DynView, Registration, Signal, TypeVersion, Watch, WatchRequest, Watchers,
-};
-use xds_core::{ResourceSet, View};
 use xds_proto::builders::endpoints;
-use xds_proto::{EncodeError, EncodedResource, ResourceType};
+use xds_server::prelude::*;
 
 /// The encoded endpoints of every service, and what identifies this state.
 #[derive(Default)]
