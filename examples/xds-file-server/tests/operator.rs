@@ -232,3 +232,49 @@ async fn metrics_carry_build_info_and_status_shows_groups_and_readable_times() {
     );
     drop(tx);
 }
+
+/// `--keepalive-interval-s` and `--keepalive-timeout-s` reach the gRPC port: an idle connection
+/// is pinged after the interval, and one that never answers is closed after the timeout. The
+/// client here speaks HTTP/2 by hand so that it can stay silent (every HTTP/2 library answers
+/// pings by itself).
+#[tokio::test]
+async fn keepalive_flags_ping_an_idle_connection_and_close_a_silent_one() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let extra = ["--keepalive-interval-s", "1", "--keepalive-timeout-s", "1"];
+    let server = Running::start(&shipped_config(), &extra).await;
+    let mut tcp = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    // The client preface, then an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    tcp.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+
+    let opened = std::time::Instant::now();
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut pinged_after = None;
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return opened.elapsed(),
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            }
+            // Frame headers: 3 bytes length, 1 type, 1 flags, 4 stream id.
+            let mut at = 0;
+            while bytes.len() >= at + 9 {
+                let len = usize::from(bytes[at]) << 16
+                    | usize::from(bytes[at + 1]) << 8
+                    | usize::from(bytes[at + 2]);
+                let (kind, flags) = (bytes[at + 3], bytes[at + 4]);
+                if kind == 6 && flags & 1 == 0 && pinged_after.is_none() {
+                    pinged_after = Some(opened.elapsed());
+                }
+                at += 9 + len;
+            }
+        }
+    })
+    .await
+    .expect("a connection that never answers a PING is closed");
+    let pinged_after = pinged_after.expect("an idle connection is pinged");
+    assert!(pinged_after < Duration::from_secs(5), "pinged after {pinged_after:?}, not ~1 s");
+    assert!(closed < Duration::from_secs(10), "closed after {closed:?}, not ~2 s");
+}
