@@ -8,7 +8,16 @@ use xds_proto::TypeUrl;
 
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
-use crate::status::{NackStatus, StreamStatus, bounded_owned, lock, now_ms};
+use crate::status::{NackStatus, StreamStatus, TypeStatus, bounded_owned, lock, now_ms};
+
+/// The status of `type_key` on the stream, created on first use. Looked up by reference: a type
+/// is named on every request and response, and its key is copied only once per stream.
+fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
+    if !status.types.contains_key(type_key.as_str()) {
+        status.types.insert(type_key.to_string(), TypeStatus::default());
+    }
+    status.types.get_mut(type_key.as_str()).expect("inserted above when missing")
+}
 
 /// Records events in the stream's status and the server's metrics. Runs no user code.
 pub(super) fn record(
@@ -21,11 +30,11 @@ pub(super) fn record(
     for event in events {
         match event {
             Event::Request { type_key, .. } => {
-                status.types.entry(type_key.to_string()).or_default().last_request_ms = now_ms();
+                type_status(&mut status, type_key).last_request_ms = now_ms();
             }
             Event::Ack { type_key, version, nonce, latency } => {
                 shared.metrics.ack(variant, shared.label(type_key), *latency);
-                let ts = status.types.entry(type_key.to_string()).or_default();
+                let ts = type_status(&mut status, type_key);
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
@@ -45,11 +54,11 @@ pub(super) fn record(
                     error_bytes = nack.error_bytes,
                     "NACK"
                 );
-                status.types.entry(type_key.to_string()).or_default().nack = Some(nack);
+                type_status(&mut status, type_key).nack = Some(nack);
             }
             Event::Stale { type_key } => shared.metrics.stale(variant, shared.label(type_key)),
             Event::Sent { type_key, version, nonce, .. } => {
-                let ts = status.types.entry(type_key.to_string()).or_default();
+                let ts = type_status(&mut status, type_key);
                 ts.sent_version = Some(version.clone());
                 ts.sent_nonce = Some(nonce.clone());
             }
