@@ -60,6 +60,55 @@ fn o3_missing_endpoints_and_routes_are_listed_by_name() {
     assert_eq!(b.build_consistent().unwrap().len(), 9);
 }
 
+/// Rule O3 for LEDS (rule C2): an assignment whose locality names a glob collection with no
+/// member in the snapshot is reported with the collection's name; members of another
+/// collection, with other context parameters or one segment deeper do not count; one member,
+/// whatever the order of the parameters in either name, does.
+#[test]
+fn o03_an_assignment_naming_an_empty_leds_collection_is_reported() {
+    use xds_proto::EncodedResource;
+    use xds_proto::pb::envoy::config::endpoint::v3::{
+        LbEndpoint, LedsClusterLocalityConfig, LocalityLbEndpoints, locality_lb_endpoints::LbConfig,
+    };
+    let lb = |rest: &str| format!("xdstp://auth/envoy.config.endpoint.v3.LbEndpoint/{rest}");
+    let mut assignment = cla("svc", 0);
+    assignment.endpoints.push(LocalityLbEndpoints {
+        lb_config: Some(LbConfig::LedsClusterLocalityConfig(LedsClusterLocalityConfig {
+            leds_config: None,
+            leds_collection_name: lb("svc/zone-a/*?env=prod&b=1"),
+        })),
+        ..Default::default()
+    });
+    let member = |name: &str| EncodedResource::named(name, &LbEndpoint::default()).unwrap();
+    let mut b = Snapshot::builder();
+    b.add(&eds_cluster("svc", "")).unwrap();
+    b.add(&assignment).unwrap();
+    // Not members of the collection.
+    b.add_encoded(member(&lb("svc/zone-b/e1?b=1&env=prod")));
+    b.add_encoded(member(&lb("svc/zone-a/e1?env=prod")));
+    b.add_encoded(member(&lb("svc/zone-a/deeper/e1?b=1&env=prod")));
+    let collection = lb("svc/zone-a/*?b=1&env=prod");
+    let expected = ConsistencyError {
+        missing: vec![MissingReference {
+            from_type: ResourceType::ClusterLoadAssignment,
+            from: "svc".into(),
+            missing: Reference::new(ResourceType::LbEndpoint, collection.clone()),
+        }],
+    };
+    assert_eq!(b.build().check_consistency(), Err(expected.clone()));
+    assert!(!b.build().resolves(&expected.missing[0].missing));
+    assert_eq!(
+        expected.to_string(),
+        format!(
+            "inconsistent snapshot: endpoint \"svc\" references the collection lb_endpoint \"{collection}\", which has no member"
+        )
+    );
+    // One member, its parameters in another order than the assignment's.
+    b.add_encoded(member(&lb("svc/zone-a/e1?env=prod&b=1")));
+    assert_eq!(b.build().check_consistency(), Ok(()));
+    assert!(b.resolves(&expected.missing[0].missing));
+}
+
 // ---- rule S11 ----
 
 #[test]

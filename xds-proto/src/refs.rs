@@ -1,7 +1,8 @@
 //! References between resources: which other resources a resource names.
 //!
 //! The snapshot cache needs them twice: to report a snapshot that names resources it does not
-//! contain (rule O3: listeners naming missing routes, clusters naming missing endpoints) and to
+//! contain (rule O3: listeners naming missing routes, clusters naming missing endpoints,
+//! ClusterLoadAssignments naming LEDS collections with no member) and to
 //! order an update make-before-break (a referenced resource is sent before what references it,
 //! and is removed only once nothing references it).
 //!
@@ -16,6 +17,7 @@ use crate::pb::envoy::config::cluster::v3::Cluster;
 use crate::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use crate::pb::envoy::config::core::v3::TransportSocket;
 use crate::pb::envoy::config::core::v3::transport_socket;
+use crate::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, locality_lb_endpoints};
 use crate::pb::envoy::config::listener::v3::{FilterChain, Listener, filter};
 use crate::pb::envoy::config::route::v3::route_action::{ClusterSpecifier, RequestMirrorPolicy};
 use crate::pb::envoy::config::route::v3::{
@@ -74,6 +76,10 @@ impl fmt::Display for Reference {
 /// - Cluster: its ClusterLoadAssignment when it is an EDS cluster (`eds_cluster_config`'s
 ///   `service_name`, else the cluster's name), the clusters of an aggregate cluster, and the SDS
 ///   secrets of its TLS transport sockets.
+/// - ClusterLoadAssignment: the LEDS glob collection (type LbEndpoint) each locality with
+///   `leds_cluster_locality_config` names, in its normal form (rule C1; kept as written when it
+///   does not parse). The reference names a collection, not a resource: it resolves when the
+///   collection has a member (`xds_proto::xdstp::is_member`), which is how rule O3 checks it.
 /// - Every other type, including custom ones: nothing.
 pub fn references<M: XdsResource>(message: &M) -> Vec<Reference> {
     // A downcast rather than a trait bound, so that code generic over `XdsResource` (the cache)
@@ -90,14 +96,16 @@ pub fn references<M: XdsResource>(message: &M) -> Vec<Reference> {
         refs.scoped_route_configuration(scoped);
     } else if let Some(host) = message.downcast_ref::<VirtualHost>() {
         refs.virtual_host(host);
+    } else if let Some(assignment) = message.downcast_ref::<ClusterLoadAssignment>() {
+        refs.cluster_load_assignment(assignment);
     }
     refs.finish()
 }
 
 /// The resources an encoded resource of type `resource_type` refers to, as [`references`].
 ///
-/// Only the types that can refer to anything are decoded: for the others (ClusterLoadAssignment,
-/// Secret, Runtime, TypedExtensionConfig, LbEndpoint, custom types) this is `Ok(vec![])` without
+/// Only the types that can refer to anything are decoded: for the others (Secret, Runtime,
+/// TypedExtensionConfig, LbEndpoint, custom types) this is `Ok(vec![])` without
 /// looking at `bytes`, as the cache validates bytes when it encodes them, not here.
 ///
 /// # Errors
@@ -116,9 +124,9 @@ pub fn references_of_encoded(
         Some(ResourceType::RouteConfiguration) => decoded::<RouteConfiguration>(bytes),
         Some(ResourceType::ScopedRouteConfiguration) => decoded::<ScopedRouteConfiguration>(bytes),
         Some(ResourceType::VirtualHost) => decoded::<VirtualHost>(bytes),
+        Some(ResourceType::ClusterLoadAssignment) => decoded::<ClusterLoadAssignment>(bytes),
         Some(
-            ResourceType::ClusterLoadAssignment
-            | ResourceType::Secret
+            ResourceType::Secret
             | ResourceType::Runtime
             | ResourceType::TypedExtensionConfig
             | ResourceType::LbEndpoint,
@@ -286,6 +294,21 @@ impl Collector {
     fn mirrors(&mut self, policies: &[RequestMirrorPolicy]) {
         for p in policies {
             self.add(ResourceType::Cluster, &p.cluster);
+        }
+    }
+
+    /// LEDS: the glob collections the localities take their endpoints from, normalized so that
+    /// they compare with the (normal-form) names of the members a cache holds.
+    fn cluster_load_assignment(&mut self, assignment: &ClusterLoadAssignment) {
+        for locality in &assignment.endpoints {
+            if let Some(locality_lb_endpoints::LbConfig::LedsClusterLocalityConfig(leds)) =
+                &locality.lb_config
+            {
+                let name = &leds.leds_collection_name;
+                let normal =
+                    crate::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name));
+                self.add(ResourceType::LbEndpoint, &normal);
+            }
         }
     }
 

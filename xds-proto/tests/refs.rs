@@ -412,6 +412,45 @@ fn types_without_references() {
     assert_eq!(references(&Secret { name: "cert".into(), ..Default::default() }), []);
 }
 
+/// Rule O3 for LEDS (rule C2): an assignment names the glob collection of each LEDS locality,
+/// in its normal form (rule C1), so a check can find the collection's members by the names a
+/// cache keys them by; a locality with its endpoints inline names nothing.
+#[test]
+fn o03_an_assignment_names_its_leds_collections_in_normal_form() {
+    use xds_proto::pb::envoy::config::endpoint::v3::{
+        LedsClusterLocalityConfig, LocalityLbEndpoints, locality_lb_endpoints::LbConfig,
+    };
+    let lb = "xdstp://auth/envoy.config.endpoint.v3.LbEndpoint";
+    let leds = |glob: &str| LocalityLbEndpoints {
+        lb_config: Some(LbConfig::LedsClusterLocalityConfig(LedsClusterLocalityConfig {
+            leds_config: None,
+            leds_collection_name: glob.into(),
+        })),
+        ..Default::default()
+    };
+    let cla = ClusterLoadAssignment {
+        cluster_name: "backend".into(),
+        endpoints: vec![
+            leds(&format!("{lb}/svc/zone-b/*?z=1&a=2")),
+            LocalityLbEndpoints::default(),
+            leds(&format!("{lb}/svc/zone-a/*")),
+            leds(&format!("{lb}/svc/zone-a/*")),
+            leds(""),
+        ],
+        ..Default::default()
+    };
+    let expected = vec![
+        r(ResourceType::LbEndpoint, &format!("{lb}/svc/zone-a/*")),
+        r(ResourceType::LbEndpoint, &format!("{lb}/svc/zone-b/*?a=2&z=1")),
+    ];
+    assert_eq!(references(&cla), expected);
+    let encoded = cla.encode_to_vec();
+    assert_eq!(
+        references_of_encoded(&ResourceType::ClusterLoadAssignment.into(), &encoded),
+        Ok(expected)
+    );
+}
+
 #[test]
 fn references_of_encoded_decodes_built_in_types() {
     let encoded = listener().encode_to_vec();

@@ -507,6 +507,195 @@ async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
     assert_eq!(r.removed_resources, [changed]);
 }
 
+/// A `DeltaLocalityEndpoints` stream (the per-type LEDS service) for `node_id`.
+async fn delta_leds(t: &TestServer, node_id: &str) -> Delta {
+    use xds_proto::pb::envoy::service::endpoint::v3::locality_endpoint_discovery_service_client::LocalityEndpointDiscoveryServiceClient;
+    let mut client = LocalityEndpointDiscoveryServiceClient::new(t.channel().await);
+    Delta::open(Some(node(node_id)), |r| async move { client.delta_locality_endpoints(r).await })
+        .await
+        .expect("open DeltaLocalityEndpoints")
+}
+
+/// A request of the per-type LEDS stream: no type URL, it is implied by the service (rule S3).
+fn leds_request(subscribe: &[&str], unsubscribe: &[&str]) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        resource_names_subscribe: names(subscribe),
+        resource_names_unsubscribe: names(unsubscribe),
+        ..Default::default()
+    }
+}
+
+/// Rule C2 on the per-type LEDS service (`LocalityEndpointDiscoveryService.DeltaLocalityEndpoints`,
+/// how an Envoy whose `leds_config` is not ADS asks): exactly the members, then only what
+/// changed, removals, a member named both ways kept when the glob goes, and a glob of an empty
+/// collection answered at once.
+#[tokio::test]
+async fn c02_leds_glob_on_the_per_type_delta_service() {
+    let cache = new_cache(&[("e1", 81), ("e2", 82)]);
+    let t = serve(cache.clone()).await;
+    let mut leds = delta_leds(&t, "n1").await;
+    leds.send(leds_request(&[&member("*")], &[])).await;
+    let r = leds.recv_type(LEDS).await;
+    // Exactly the members: not the other collection's endpoint, not the glob itself.
+    assert_eq!(delta_names(&r), [member("e1"), member("e2")]);
+    assert!(r.removed_resources.is_empty() && r.resource_errors.is_empty());
+    let body = r.resources[0].resource.as_ref().expect("a body");
+    assert_eq!(body.type_url, url(LEDS));
+    let got = <xds_proto::pb::envoy::config::endpoint::v3::LbEndpoint as prost::Message>::decode(
+        body.value.as_slice(),
+    )
+    .expect("an LbEndpoint");
+    assert_eq!(got, endpoint(81));
+    leds.ack(&r).await;
+    leds.expect_quiet().await;
+
+    // One member changes: only it is sent, with a new version.
+    let before = r.resources[1].version.clone();
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e1", 81), ("e2", 92)]));
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!((delta_names(&r), r.removed_resources.clone()), (vec![member("e2")], vec![]));
+    assert_ne!(r.resources[0].version, before);
+    leds.ack(&r).await;
+    // A change outside the collection (the other collection's endpoint, the assignment) is
+    // not sent on this stream.
+    let mut b = xds_cache::Snapshot::builder();
+    b.add(&cluster("svc", "1")).expect("cluster");
+    b.add(&leds_cla("svc", &member("*"), 7)).expect("cla");
+    for (leaf, port) in [("e1", 81), ("e2", 92)] {
+        b.add_encoded(
+            xds_proto::EncodedResource::named(&member(leaf), &endpoint(port)).expect("lb"),
+        );
+    }
+    let other = "xdstp://auth.example/envoy.config.endpoint.v3.LbEndpoint/other/zone-a/e1?env=prod";
+    b.add_encoded(xds_proto::EncodedResource::named(other, &endpoint(10)).expect("lb"));
+    cache.set_snapshot("n1", b.build());
+    leds.expect_quiet().await;
+
+    // A member leaves, another appears: one response with both.
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e2", 92), ("e3", 83)]));
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), [member("e3")]);
+    assert_eq!(r.removed_resources, [member("e1")]);
+    leds.ack(&r).await;
+
+    // `e3` also named: unsubscribing the glob keeps it alone (rule C2); a change of `e2` is
+    // no longer of interest, a change of `e3` is.
+    leds.send(leds_request(&[&member("e3")], &[])).await;
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), [member("e3")], "rule D2: a subscribed name is resent");
+    leds.ack(&r).await;
+    leds.send(leds_request(&[], &[&member("*")])).await;
+    leds.expect_quiet().await;
+    cache.set_snapshot("n1", leds_snapshot(0, &[("e2", 82), ("e3", 93), ("e4", 84)]));
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!((delta_names(&r), r.removed_resources.clone()), (vec![member("e3")], vec![]));
+    leds.ack(&r).await;
+
+    // A glob whose collection has no member is answered at once, with nothing (rule D6 for a
+    // collection): the client need not wait for its timeout. A member that appears is sent.
+    let empty = member("*").replace("/zone-a/", "/zone-b/");
+    leds.send(leds_request(&[&empty], &[])).await;
+    let r = leds.recv_type(LEDS).await;
+    assert!(r.resources.is_empty() && r.removed_resources.is_empty(), "{r:?}");
+    leds.ack(&r).await;
+    let late = empty.replace("/*", "/late");
+    let mut b = xds_cache::Snapshot::builder();
+    b.add(&cluster("svc", "1")).expect("cluster");
+    b.add(&leds_cla("svc", &member("*"), 0)).expect("cla");
+    for (leaf, port) in [("e2", 82), ("e3", 93), ("e4", 84)] {
+        b.add_encoded(
+            xds_proto::EncodedResource::named(&member(leaf), &endpoint(port)).expect("lb"),
+        );
+    }
+    b.add_encoded(xds_proto::EncodedResource::named(&late, &endpoint(85)).expect("lb"));
+    cache.set_snapshot("n1", b.build());
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), [late]);
+}
+
+/// Rule C2 on the per-type LEDS service served by a `LinearCache` of members alone (an LEDS
+/// server apart from the one serving clusters): a reconnecting client declares the members it
+/// holds and gets only what differs (rule D7 through the glob), and a glob of another type on
+/// this stream is refused for itself while the rest is served (rule C1).
+#[tokio::test]
+async fn c02_leds_per_type_service_over_a_linear_cache_reconnects_and_refuses_other_types() {
+    use xds_proto::EncodedResource;
+    let members = LinearCache::new(LEDS);
+    for (leaf, port) in [("a", 1), ("b", 2), ("new", 3)] {
+        let r = EncodedResource::named(&member(leaf), &endpoint(port)).expect("encode");
+        members.upsert_encoded(r).expect("upsert");
+    }
+    let t = serve(members.clone()).await;
+    // The versions the server gives today, as a client that held `a` and `b` would have them.
+    let mut first = delta_leds(&t, "n1").await;
+    first.send(leds_request(&[&member("*")], &[])).await;
+    let r = first.recv_type(LEDS).await;
+    let versions: HashMap<String, String> =
+        r.resources.iter().map(|x| (x.name.clone(), x.version.clone())).collect();
+    drop(first);
+
+    let b2 = EncodedResource::named(&member("b"), &endpoint(22)).expect("encode");
+    members.upsert_encoded(b2).expect("upsert");
+    let mut leds = delta_leds(&t, "n1").await;
+    let mut req = leds_request(&[&member("*"), &xc("svc/*")], &[]);
+    req.initial_resource_versions = [
+        (member("a"), versions[&member("a")].clone()),
+        (member("b"), versions[&member("b")].clone()),
+        (member("gone"), "1".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    leds.send(req).await;
+    let r = leds.recv_type(LEDS).await;
+    assert_eq!(delta_names(&r), [member("b"), member("new")], "a is held at its version");
+    assert_eq!(r.removed_resources, [member("gone")]);
+    let refused: Vec<_> = delta_errors(&r).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(refused, [xc("svc/*")], "a Cluster glob on the LEDS stream is refused");
+    leds.ack(&r).await;
+    leds.expect_quiet().await;
+}
+
+/// Rule C2, "glob collections are delta-only", for LEDS: the LEDS service has no SotW method
+/// (`UNIMPLEMENTED`, as gRPC answers an unknown method), a SotW ADS stream asking for
+/// `LbEndpoint` is refused naming the type, and a glob over SotW of another type is refused
+/// per resource while the stream goes on (see `c02_leds_glob_on_sotw_is_refused_per_resource`).
+#[tokio::test]
+async fn c02_leds_is_not_offered_over_sotw() {
+    let t = serve(new_cache(&[("e1", 81)])).await;
+    let mut grpc = tonic::client::Grpc::new(t.channel().await);
+    grpc.ready().await.expect("ready");
+    let path =
+        "/envoy.service.endpoint.v3.LocalityEndpointDiscoveryService/StreamLocalityEndpoints";
+    let request = DiscoveryRequest {
+        node: Some(node("n1")),
+        resource_names: vec![member("*")],
+        ..Default::default()
+    };
+    let codec = tonic_prost::ProstCodec::<DiscoveryRequest, DiscoveryResponse>::default();
+    let outcome = grpc
+        .streaming(
+            tonic::Request::new(tokio_stream::iter([request])),
+            http::uri::PathAndQuery::from_static(path),
+            codec,
+        )
+        .await;
+    let status = match outcome {
+        Err(status) => status,
+        Ok(response) => {
+            let mut body = response.into_inner();
+            match body.message().await {
+                Err(status) => status,
+                Ok(got) => panic!("a SotW LEDS method answered: {got:?}"),
+            }
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.send(sotw_request(LEDS, &[member("*")])).await;
+    assert_status(&ads.recv_err().await, tonic::Code::Unimplemented, &[LEDS.type_url()]);
+}
+
 /// Serves node `n1` everything but the resources named `private-*`.
 struct NoPrivate;
 

@@ -469,3 +469,66 @@ fn c02_leds_endpoints_and_collections_load_and_bad_collection_names_are_refused(
         }
     }
 }
+
+/// Rule O3 for LEDS: an assignment whose locality names a collection with no member in its group
+/// is refused like an EDS cluster whose assignment is missing (an error, not a warning: the
+/// proxy would get a locality it cannot route to), on a first load and on a reload that removes
+/// the last member from another file; the last good configuration keeps serving. Removing some
+/// members, or the last one together with the locality, is fine.
+#[test]
+fn o03_an_assignment_naming_an_empty_leds_collection_is_refused() {
+    let dir = temp_dir("leds-o3");
+    let split = LEDS_CONFIG
+        .find("  - \"@type\": type.googleapis.com/envoy.service.discovery.v3.Resource")
+        .unwrap();
+    let (assignment, members) = LEDS_CONFIG.split_at(split);
+    let collection =
+        "xdstp://cp.example/envoy.config.endpoint.v3.LbEndpoint/backend/zone-a/*?env=prod";
+    let expected = format!(
+        "inconsistent snapshot: endpoint \"backend\" references the collection lb_endpoint \"{collection}\", which has no member"
+    );
+
+    // The assignment alone: refused on a first load, and by `check`'s path (a load of the file).
+    let alone = write(&dir, "alone.yaml", assignment);
+    let err = config::load(&alone).unwrap_err().to_string();
+    assert!(err.ends_with(&expected), "{err}");
+    std::fs::remove_file(&alone).unwrap();
+
+    // Assignment and members in two files.
+    let all = dir.join("all");
+    std::fs::create_dir_all(&all).unwrap();
+    write(&all, "assignment.yaml", assignment);
+    write(&all, "members.yaml", &format!("resources:\n{members}"));
+    let mut loader = config::Loader::new(&all, config::MAX_FILE_BYTES);
+    let good = loader.load().unwrap();
+    let lb = TypeUrl::from(ResourceType::LbEndpoint);
+    let names = |c: &config::Config| -> Vec<String> {
+        c.groups[DEFAULT_GROUP].resources(&lb).map(|r| r.name().to_owned()).collect()
+    };
+    assert_eq!(names(&good).len(), 2);
+
+    // One member goes: fine.
+    let one = &members[..members.rfind("  - \"@type\"").unwrap()];
+    write(&all, "members.yaml", &format!("resources:\n{one}"));
+    let fewer = loader.load().unwrap();
+    assert_eq!(names(&fewer).len(), 1);
+    // The last one goes while the assignment still names the collection: refused, with the
+    // error a load from scratch gives.
+    write(&all, "members.yaml", "resources: []\n");
+    let err = loader.load().unwrap_err().into_config_error().to_string();
+    assert!(err.ends_with(&expected), "{err}");
+    assert_eq!(config::load(&all).unwrap_err().to_string(), err);
+    // Fixed by dropping the locality in the same state: the merge goes on from the last good one.
+    let inline = assignment.replace(
+        &format!(
+            "      - leds_cluster_locality_config:\n          leds_config: {{ ads: {{}} }}\n          leds_collection_name: \"{collection}\"\n"
+        ),
+        "      - lb_endpoints: []\n",
+    );
+    assert_ne!(inline, assignment);
+    write(&all, "assignment.yaml", &inline);
+    let fixed = loader.load().unwrap();
+    assert!(names(&fixed).is_empty());
+    fixed.groups[DEFAULT_GROUP].check_consistency().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

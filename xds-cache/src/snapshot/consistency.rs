@@ -1,5 +1,7 @@
 //! Rule O3: a snapshot whose clusters name endpoints, or whose listeners name routes, that it does
-//! not contain is reported, with the missing names.
+//! not contain is reported, with the missing names. So is a ClusterLoadAssignment whose locality
+//! takes its endpoints from an LEDS glob collection (rule C2) that has no member in the snapshot:
+//! the client would get a locality with no endpoints, the same outage as a missing assignment.
 
 use std::fmt;
 
@@ -32,9 +34,14 @@ impl fmt::Display for ConsistencyError {
             if i > 0 {
                 f.write_str("; ")?;
             }
+            let (what, gone) = if xds_core::xdstp::is_glob_name(&m.missing.name) {
+                ("the collection ", "which has no member")
+            } else {
+                ("", "which is missing")
+            };
             write!(
                 f,
-                "{} {:?} references {} {:?}, which is missing",
+                "{} {:?} references {what}{} {:?}, {gone}",
                 m.from_type.label(),
                 m.from,
                 m.missing.resource_type.label(),
@@ -47,15 +54,21 @@ impl fmt::Display for ConsistencyError {
 
 /// The references rule O3 checks, as (type of the referrer, type it names): what
 /// [`Snapshot::check_consistency`] looks at, for a caller that checks only what changed.
-pub const CHECKED_REFERENCES: [(ResourceType, ResourceType); 3] = [
+pub const CHECKED_REFERENCES: [(ResourceType, ResourceType); 4] = [
     (ResourceType::Cluster, ResourceType::ClusterLoadAssignment),
+    (ResourceType::ClusterLoadAssignment, ResourceType::LbEndpoint),
     (ResourceType::Listener, ResourceType::RouteConfiguration),
     (ResourceType::ScopedRouteConfiguration, ResourceType::RouteConfiguration),
 ];
 
 impl Snapshot {
     /// Checks rule O3: every ClusterLoadAssignment an EDS cluster names and every
-    /// RouteConfiguration a listener (or scoped route) names through RDS is in the snapshot.
+    /// RouteConfiguration a listener (or scoped route) names through RDS is in the snapshot, and
+    /// every LEDS collection a ClusterLoadAssignment names has at least one `LbEndpoint` member
+    /// in it (see [`Snapshot::resolves`]). An empty collection is an error, not a warning, for
+    /// the same reason a missing assignment is: the client is left with a locality it cannot
+    /// route to. To empty a locality, drop it from the assignment in the same snapshot. Serve the
+    /// members from another cache (a `MuxCache` route for LEDS) and this check does not apply.
     ///
     /// Other references (routes to clusters, transport sockets to secrets) are not checked: those
     /// resources are often served from elsewhere (static clusters, file-based SDS).
@@ -67,7 +80,7 @@ impl Snapshot {
                 let refs = references_of_encoded(resource.type_url(), resource.value())
                     .unwrap_or_default();
                 for r in refs.into_iter().filter(|r| r.resource_type == to_type) {
-                    if self.get(&TypeUrl::Builtin(to_type), &r.name).is_none() {
+                    if !self.resolves(&r) {
                         missing.push(MissingReference {
                             from_type,
                             from: resource.name().to_owned(),

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use xds_proto::{EncodeError, EncodedResource, TypeUrl, XdsResource};
+use xds_proto::{EncodeError, EncodedResource, Reference, TypeUrl, XdsResource};
 
 pub use cache::{GroupStatus, SnapshotCache};
 pub use consistency::{CHECKED_REFERENCES, ConsistencyError, MissingReference};
@@ -86,6 +86,13 @@ impl Snapshot {
     /// One resource.
     pub fn get(&self, type_url: &TypeUrl, name: &str) -> Option<&EncodedResource> {
         self.types.get(type_url)?.get(name)
+    }
+
+    /// Whether `reference` resolves in this snapshot (rule O3): the resource it names exists,
+    /// or, when it names a glob collection (an LEDS collection, rule C2), the collection has at
+    /// least one member. O(log n) either way: a member is found by a range over the ordered names.
+    pub fn resolves(&self, reference: &Reference) -> bool {
+        resolves_in(&self.types, reference)
     }
 
     /// The types the snapshot holds, in make-before-break order.
@@ -172,6 +179,12 @@ impl SnapshotBuilder {
         self.types.get(type_url).is_some_and(|m| m.contains_key(name))
     }
 
+    /// Whether `reference` resolves among the resources added so far, as
+    /// [`Snapshot::resolves`]: for a checker that validates a change before building.
+    pub fn resolves(&self, reference: &Reference) -> bool {
+        resolves_in(&self.types, reference)
+    }
+
     /// Declares a type with no resources, so that clients of it get an (empty) answer.
     pub fn declare(&mut self, type_url: impl Into<TypeUrl>) -> &mut Self {
         self.types.entry(type_url.into()).or_default();
@@ -195,4 +208,18 @@ impl SnapshotBuilder {
         snapshot.check_consistency()?;
         Ok(snapshot)
     }
+}
+
+/// [`Snapshot::resolves`] over a snapshot's or a builder's resources.
+fn resolves_in(types: &BTreeMap<TypeUrl, Resources>, reference: &Reference) -> bool {
+    let Some(map) = types.get(&TypeUrl::Builtin(reference.resource_type)) else { return false };
+    let name = reference.name.as_str();
+    if !xds_core::xdstp::is_glob_name(name) {
+        return map.contains_key(name);
+    }
+    // Names are keyed by their normal form, so the members sit in one range under the prefix.
+    let Some((prefix, _)) = xds_core::xdstp::glob_prefix(name) else { return false };
+    map.range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+        .take_while(|(n, _)| n.starts_with(prefix))
+        .any(|(n, _)| xds_core::xdstp::is_member(n, name))
 }

@@ -8,7 +8,11 @@
 //!
 //! - every added or changed resource's references must resolve in the group;
 //! - every removed ClusterLoadAssignment or RouteConfiguration must be named by no resource that
-//!   stays, in whatever file that resource is (the reverse index answers without a scan).
+//!   stays, in whatever file that resource is (the reverse index answers without a scan);
+//! - every removed LEDS member (`LbEndpoint`) whose collection is left with no member must leave
+//!   a collection no ClusterLoadAssignment that stays names: an assignment naming an empty
+//!   collection is refused like an EDS cluster naming a missing assignment (rule O3; see
+//!   `Snapshot::check_consistency`).
 //!
 //! The last good merge was consistent, so a reference these two checks do not look at still
 //! resolves: the group is consistent exactly when the full check would say so. Groups no changed
@@ -294,8 +298,7 @@ impl Merged {
         group: Option<&Group>,
         w: &Work,
     ) -> Result<(), ConfigError> {
-        let resolves =
-            |to: &Reference| w.builder.contains(&TypeUrl::Builtin(to.resource_type), &to.name);
+        let resolves = |to: &Reference| w.builder.resolves(to);
         let mut missing = Vec::new();
         // Resources whose previous version the index holds and whose new version (if any) is
         // checked below: the index's word on them is stale.
@@ -320,15 +323,26 @@ impl Merged {
         if let Some(group) = group {
             for r in &w.removed {
                 let Some(t) = r.type_url().builtin() else { continue };
-                let target = (t, r.name().to_owned());
-                let Some(referrers) = group.referrers.get(&target) else { continue };
-                for (from_type, from) in referrers {
-                    if !changed.contains(&(*from_type, from.clone())) {
-                        missing.push(MissingReference {
-                            from_type: *from_type,
-                            from: from.clone(),
-                            missing: Reference { resource_type: t, name: r.name().to_owned() },
-                        });
+                let mut targets = vec![Reference::new(t, r.name())];
+                // An LEDS member is named through its collection, which is missing only once
+                // its last member is gone.
+                if let Some(glob) = xds_proto::xdstp::collection_of(r.name()) {
+                    let collection = Reference::new(t, glob);
+                    if !resolves(&collection) {
+                        targets.push(collection);
+                    }
+                }
+                for target in targets {
+                    let key = (target.resource_type, target.name.clone());
+                    let Some(referrers) = group.referrers.get(&key) else { continue };
+                    for (from_type, from) in referrers {
+                        if !changed.contains(&(*from_type, from.clone())) {
+                            missing.push(MissingReference {
+                                from_type: *from_type,
+                                from: from.clone(),
+                                missing: target.clone(),
+                            });
+                        }
                     }
                 }
             }
