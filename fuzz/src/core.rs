@@ -369,9 +369,13 @@ impl SotwRun {
 pub(crate) fn sotw(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let Ok(t) = traits(&mut u) else { return };
+    // As the server runs it: responses may carry a whole set (read here as listed).
+    let Ok(shared) = u.arbitrary::<bool>() else { return };
     let Ok(ops) = ops(&mut u) else { return };
+    let mut s = SotwSubStream::new(t);
+    s.share_sets(shared);
     let mut run = SotwRun {
-        s: SotwSubStream::new(t),
+        s,
         view: MemView::default(),
         n: Nonces::new(),
         c: Client::default(),
@@ -478,7 +482,7 @@ fn sotw_poll(
     }
     let r =
         if defer { s.poll_response_deferring_removals(view, n) } else { s.poll_response(view, n) };
-    let r = r?;
+    let r = r?.into_listed();
     trace!("  response {r:?} (view {:?})", view.resources);
     assert!(!awaiting, "a response while one waits for its ACK");
     assert!(view.is_ready(), "a response from a view that is not ready");
@@ -591,6 +595,7 @@ impl DeltaRun {
 pub(crate) fn delta(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let Ok(t) = traits(&mut u) else { return };
+    let Ok(shared) = u.arbitrary::<bool>() else { return };
     let Ok(initial) = u.arbitrary::<Vec<(u8, u8)>>() else { return };
     let Ok(ops) = ops(&mut u) else { return };
     let declared = initial
@@ -598,8 +603,10 @@ pub(crate) fn delta(data: &[u8]) {
         .take(6)
         .map(|(i, v)| (POOL[usize::from(*i) % POOL.len()].to_owned(), (v % 4).to_string()))
         .collect();
+    let mut s = DeltaSubStream::new(t);
+    s.share_sets(shared);
     let mut run = DeltaRun {
-        s: DeltaSubStream::new(t),
+        s,
         view: MemView::default(),
         n: Nonces::new(),
         c: Client::default(),
@@ -676,6 +683,7 @@ fn delta_poll(
     let awaiting = s.awaiting_ack();
     let r =
         if defer { s.poll_response_deferring_removals(view, n) } else { s.poll_response(view, n) }?;
+    let r = r.into_listed();
     trace!("  response {r:?} (view {:?})", view.resources);
     assert!(!awaiting, "a response while one waits for its ACK");
     assert!(view.is_ready(), "a response from a view that is not ready");

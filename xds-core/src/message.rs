@@ -136,9 +136,10 @@ pub struct SotwResponse<R> {
     pub resources: Vec<R>,
     /// Every resource of this set is sent too, before `resources` (no name is in both): the
     /// response of a client that gets all of a view's shared set, as every joining client of a
-    /// wildcard or of every name does. A thousand joiners then share one set where each had a
-    /// list of ten thousand handles, and the transport can encode the set once for all of them
-    /// (see [`ResourceSet::memo`](crate::ResourceSet::memo)). [`into_listed`](Self::into_listed)
+    /// wildcard or of every name does, and every response of a full-state type (rule S11) to a
+    /// wildcard client. A thousand such clients then share one set where each had a list of ten
+    /// thousand handles, and the transport can encode the set once for all of them (see
+    /// [`ResourceSet::memo`](crate::ResourceSet::memo)). [`into_listed`](Self::into_listed)
     /// makes it one list.
     pub shared: Option<crate::ResourceSet<R>>,
     /// A heartbeat: the resources (all with a TTL) are refreshed, not changed; they go on the wire

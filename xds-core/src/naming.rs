@@ -200,11 +200,11 @@ impl Naming {
         };
         let plain = denied.is_empty()
             && self.refused.is_empty()
-            && self.spellings.is_empty()
             && !subscribe.iter().any(|n| xdstp::is_xdstp(n));
         if plain {
             // The common case (a joining proxy's 10,000 plain names) costs one prefix check per
-            // name: nothing to normalize, refuse, forget or respell, and nothing copied.
+            // name: nothing to normalize, refuse or forget, and nothing copied. (Nor respell: a
+            // spelling is kept under an `xdstp://` normal form, never under a plain name.)
             out.subscribe = subscribe;
         } else {
             out.subscribe.reserve(subscribe.len());

@@ -117,6 +117,30 @@ fn each_member<R: Resource, V: View<Resource = R> + ?Sized>(
     }
 }
 
+/// When `names` include every name of `set`: the names beyond it, in order. One merge of two
+/// sorted sequences, given up at the first name of the set that is missing.
+fn beyond<'a, R: Resource>(
+    names: &'a BTreeSet<String>,
+    set: &ResourceSet<R>,
+) -> Option<Vec<&'a String>> {
+    if names.len() < set.len() {
+        return None;
+    }
+    let mut members = set.iter().peekable();
+    let mut beyond = Vec::new();
+    for name in names {
+        match members.peek() {
+            Some(r) if r.name() == name.as_str() => {
+                members.next();
+            }
+            // A member sorts before this name, so it is not among the names.
+            Some(r) if r.name() < name.as_str() => return None,
+            _ => beyond.push(name),
+        }
+    }
+    members.peek().is_none().then_some(beyond)
+}
+
 impl<R: Resource> Tracker<R> {
     /// What the client holds under `name`: `None` when nothing.
     pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
@@ -443,11 +467,12 @@ impl<R: Resource> Tracker<R> {
             }
         } else if let Some(set) = set
             && sub.globs().is_empty()
-            && sub.names().len() == set.len()
-            && sub.names().iter().zip(set.iter()).all(|(name, r)| name.as_str() == r.name())
+            && let Some(missing) = beyond(sub.names(), set)
         {
-            // Every name of the set subscribed (an EDS client of every cluster): the set whole.
+            // Every name of the set subscribed (an EDS client of every cluster), perhaps with
+            // names it does not have yet: the set whole, and those names absent.
             whole = Some(set.clone());
+            absent.extend(missing.into_iter().map(|name| (name.clone(), false)));
         } else if let Some(set) = set {
             // Both in name order: one merge, not a search per name (10,000 names per joining
             // client in a storm).
@@ -885,6 +910,18 @@ mod tests {
             let _ = s.handle_request(request(&[], &[], &r.nonce));
             assert!(s.poll_response(&view, &mut n).is_none());
         }
+        // Every name of the set and one it does not have yet: the set whole, that one absent.
+        let mut s: DeltaSubStream<Res> = SubStream::new(eds);
+        s.share_sets(true);
+        let mut more = all.clone();
+        more.push("not-yet");
+        let _ = s.handle_request(request(&more, &[], ""));
+        let r = s.poll_response(&view, &mut n).expect("owed");
+        assert!(r.shared.as_ref().is_some_and(|shared| shared.ptr_eq(&set)));
+        assert_eq!(
+            r.resources,
+            [crate::DeltaResource::Absent { name: "not-yet".into(), aliases: vec![] }]
+        );
         // One name short of the set, or not opted in: a list.
         let mut s: DeltaSubStream<Res> = SubStream::new(eds);
         s.share_sets(true);

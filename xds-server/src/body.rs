@@ -31,9 +31,9 @@ pub(crate) const CHUNK: usize = 16 * 1024;
 /// The gRPC length-prefixed frame header: a compression flag and a big-endian length.
 const HEADER: usize = 5;
 
-/// A message's shared bytes ([`Framed::shared`]) beyond this go out as slices of themselves,
-/// without a copy, this many bytes at a time; a shorter rest is copied into a chunk with the
-/// parts around it, so that no data frame is tiny.
+/// A message's shared bytes ([`Framed::shared`]) go out as slices of themselves, without a
+/// copy, at most this many bytes at a time; their first and last [`CHUNK`] are copied into
+/// chunks with the head and with the parts and tail, so that no data frame is tiny.
 const SLICE: usize = 256 * 1024;
 
 /// A message being written, and how far.
@@ -113,10 +113,17 @@ impl<W: Framed> Writing<W> {
             // A handle on the shared bytes (a reference count), not a copy.
             let shared = self.message.shared().cloned().unwrap_or_default();
             let rest = shared.len().saturating_sub(at);
-            if rest > CHUNK {
+            if rest > 2 * CHUNK {
                 // The head goes out with a copy of the first chunk's worth, so that it is not a
-                // frame of its own; after that, slices of the shared bytes as they are.
-                let take = if buf.is_empty() { rest.min(SLICE) } else { CHUNK };
+                // frame of its own; after that, slices of the shared bytes as they are, the last
+                // one stopping a chunk short so that the rest is copied in with the tail.
+                let take = if !buf.is_empty() {
+                    CHUNK
+                } else if rest > SLICE + CHUNK {
+                    SLICE
+                } else {
+                    rest - CHUNK
+                };
                 let chunk = if buf.is_empty() {
                     shared.slice(at..at + take)
                 } else {
@@ -302,6 +309,8 @@ mod tests {
         let range = encoding.as_ptr() as usize..encoding.as_ptr() as usize + encoding.len();
         let slices = chunks.iter().filter(|c| range.contains(&(c.as_ptr() as usize))).count();
         assert!(slices >= 1, "the shared bytes are written as they are");
+        let sizes: Vec<usize> = chunks.iter().map(Bytes::len).collect();
+        assert!(sizes[..sizes.len() - 1].iter().all(|&n| n >= CHUNK), "no tiny frame: {sizes:?}");
         let all: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
         assert!(all[5..5 + expected.len()] == expected[..], "the same message as listed");
         let decoded = messages(&all);

@@ -96,7 +96,7 @@ pub use files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use status::{MAX_NACK_TEXT, NackStatus, StatusRegistry, StreamStatus, TypeStatus};
-pub use wire::{DeltaWire, SotwWire};
+pub use wire::{DeltaWire, EncodedSet, SotwWire};
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).
 pub use xds_proto as proto;

@@ -6,11 +6,11 @@
 //! encodes. They are meant to be encoded only: decoding one skips every field (the server never
 //! reads a response; decode a `DiscoveryResponse` instead).
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use xds_core::{DeltaResource, DeltaResponse, ResourceError, ResourceSet, SotwResponse};
 use xds_proto::{EncodedResource, TypeUrl};
@@ -74,14 +74,33 @@ pub struct EncodedSet {
     pub body_bytes: usize,
 }
 
-/// A set's encodings, made the first time a response carries the set whole and kept with it
-/// ([`ResourceSet::memo`]): in a storm every joining client of a view gets the same set, so it
-/// is encoded once, not once per client (issue 14: the copy and the framing were a third of the
-/// storm's CPU).
+/// A set's encodings, made when a response carries the set whole and kept only while responses
+/// use them: in a storm every joining client of a view gets the same set, so it is encoded once
+/// for all of them, not once per client (issue 14: the copy and the framing were a third of the
+/// storm's CPU). Held weakly, so that a set kept for a long time (a node group's view between
+/// its changes) does not keep a second copy of its resources once no response is being written
+/// from it and it is not among the few used last ([`RECENTLY_USED`]); the next joiner encodes
+/// it again.
 #[derive(Default)]
 pub(crate) struct SetEncoding {
-    sotw: OnceLock<EncodedSet>,
-    delta: OnceLock<EncodedSet>,
+    sotw: Mutex<Weak<Encoded>>,
+    delta: Mutex<Weak<Encoded>>,
+}
+
+/// The encoded entries of one set: what every [`EncodedSet`] made from it shares.
+struct Encoded {
+    entries: Vec<u8>,
+    /// The resource bodies among them, in bytes.
+    body_bytes: usize,
+}
+
+/// A handle that keeps an [`Encoded`] alive for as long as bytes made from it are.
+struct Owner(Arc<Encoded>);
+
+impl AsRef<[u8]> for Owner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.entries
+    }
 }
 
 /// Which response's entries.
@@ -91,28 +110,92 @@ enum Variant {
     Delta,
 }
 
-/// `set`'s entries for `variant`, encoded on first use; `None` if the set keeps another memo.
+/// `set`'s entries for `variant`, shared with every response being written from the same set;
+/// `None` if the set keeps a memo of another type.
+///
+/// The encoding is made with no lock held: streams that find none at once each make their own
+/// (the same bytes), rather than park their runtime threads while one does.
 fn encoded_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Option<EncodedSet> {
     let memo = set.memo::<SetEncoding>()?;
     let cell = match variant {
         Variant::Sotw => &memo.sotw,
         Variant::Delta => &memo.delta,
     };
-    let encoded = cell.get_or_init(|| {
-        let mut buf = BytesMut::new();
-        let none = BTreeMap::new();
-        for r in set.iter() {
-            match variant {
-                Variant::Sotw => put_sotw_any(r, false, &mut buf),
-                Variant::Delta => {
-                    let entry = DeltaResource::Present { resource: r.clone(), aliases: Vec::new() };
-                    put_delta_resource(&entry, false, &none, &mut buf);
+    let lock = || cell.lock().unwrap_or_else(PoisonError::into_inner);
+    let kept = lock().upgrade();
+    let encoded = match kept {
+        Some(encoded) => encoded,
+        None => {
+            let encoded = Arc::new(encode_set(set, variant));
+            let mut kept = lock();
+            match kept.upgrade() {
+                Some(theirs) => theirs,
+                None => {
+                    *kept = Arc::downgrade(&encoded);
+                    encoded
                 }
             }
         }
-        EncodedSet { bytes: buf.freeze(), body_bytes: set.iter().map(|r| r.value().len()).sum() }
-    });
-    Some(encoded.clone())
+    };
+    keep_recent(&encoded);
+    let body_bytes = encoded.body_bytes;
+    Some(EncodedSet { bytes: Bytes::from_owner(Owner(encoded)), body_bytes })
+}
+
+/// How many of the most recently used set encodings are kept alive beyond their responses.
+const RECENT: usize = 8;
+
+/// How many bytes of encodings [`RECENT`] may keep at most (the newest is kept whatever its size).
+const RECENT_BYTES: usize = 64 << 20;
+
+/// The set encodings used last, newest first, kept alive so that joiners of one view in a storm,
+/// who come one after another through the join gate, reuse one encoding instead of each making
+/// it again in the moment between two of them when no response holds it (measured: that gap
+/// made the 1,000-client storm cost a third more CPU). Bounded by count and bytes, so that views
+/// of many node groups never keep more than this between them beyond what is being written.
+/// Process-wide, as the sets are: several servers in one process share it.
+static RECENTLY_USED: Mutex<VecDeque<Arc<Encoded>>> = Mutex::new(VecDeque::new());
+
+/// Marks `encoded` as used now, and lets go of what falls out of [`RECENTLY_USED`].
+fn keep_recent(encoded: &Arc<Encoded>) {
+    let mut recent = RECENTLY_USED.lock().unwrap_or_else(PoisonError::into_inner);
+    if recent.front().is_some_and(|e| Arc::ptr_eq(e, encoded)) {
+        return;
+    }
+    recent.retain(|e| !Arc::ptr_eq(e, encoded));
+    recent.push_front(encoded.clone());
+    let mut bytes = 0;
+    let mut keep = 0;
+    for e in recent.iter() {
+        bytes += e.entries.len();
+        if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
+            break;
+        }
+        keep += 1;
+    }
+    // Dropped after the lock: freeing megabytes need not hold up other streams.
+    let dropped: Vec<_> = recent.drain(keep..).collect();
+    drop(recent);
+    drop(dropped);
+}
+
+/// Every entry of `set`, as `variant`'s responses write them, in one buffer of the exact size.
+fn encode_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Encoded {
+    let none = BTreeMap::new();
+    let entry =
+        |r: &EncodedResource| DeltaResource::Present { resource: r.clone(), aliases: vec![] };
+    let len = |r: &EncodedResource| match variant {
+        Variant::Sotw => len_delimited(2, sotw_any_len(r, false)),
+        Variant::Delta => len_delimited(2, delta_resource_len(&entry(r), false, &none)),
+    };
+    let mut buf = Vec::with_capacity(set.iter().map(len).sum());
+    for r in set.iter() {
+        match variant {
+            Variant::Sotw => put_sotw_any(r, false, &mut buf),
+            Variant::Delta => put_delta_resource(&entry(r), false, &none, &mut buf),
+        }
+    }
+    Encoded { entries: buf, body_bytes: set.iter().map(|r| r.value().len()).sum() }
 }
 
 impl SotwWire {
@@ -635,6 +718,19 @@ mod tests {
         assert_eq!(a.encoded_len(), listed.encoded_len());
         assert_eq!(a.body_bytes(), listed.body_bytes());
         assert_eq!(DiscoveryResponse::decode(&*a.encode_to_vec()).unwrap().resources.len(), 301);
+        // Kept only while a response holds it: a set that lives on keeps no second copy.
+        let kept = |set: &ResourceSet<EncodedResource>| {
+            let memo = set.memo::<SetEncoding>().unwrap();
+            memo.sotw.lock().unwrap().upgrade().is_some()
+        };
+        drop((a, b));
+        assert!(kept(&set), "kept among the encodings used last");
+        // Pushed out by others, and no response holds it: released.
+        let others: Vec<_> =
+            (0..RECENT).map(|i| ResourceSet::new(vec![cluster(&format!("other-{i}"))])).collect();
+        let wires: Vec<_> = others.iter().map(|o| encoded_set(o, Variant::Sotw)).collect();
+        assert!(!kept(&set), "released once it is neither used nor recent");
+        drop(wires);
 
         let delta = DeltaResponse {
             system_version_info: "v".into(),
