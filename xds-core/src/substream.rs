@@ -201,7 +201,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         self.naming.configure(resource_type, resource_errors);
     }
 
-    /// Lets responses carry a view's shared set whole, in their `shared` field
+    /// Lets responses that send all of a view's set carry it whole, in their `shared` field
     /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)), instead of a handle per
     /// resource in `resources`: for a caller that writes `shared` (the server encodes such a set
     /// once for every client it goes to). Off by default.

@@ -142,6 +142,10 @@ impl<W: Framed> Writing<W> {
             Next::Part(i) => i,
             Next::Head | Next::Shared(_) => 0,
         };
+        if buf.capacity() == 0 {
+            // A chunk of parts only: its size up front, not grown by doubling as parts go in.
+            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
+        }
         let parts = self.message.parts();
         while i < parts && buf.len() < CHUNK {
             self.message.put_part(i, &mut buf);

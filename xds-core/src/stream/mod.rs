@@ -60,9 +60,10 @@ pub struct StreamConfig {
     /// of names (measured: 30 requests of 60,000 names, 380 MB).
     pub max_subscribed_names: usize,
     /// Whether the caller writes a response's `shared` set
-    /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)): then a joining client's
-    /// response carries the view's set whole, which the caller can encode once for all of them.
-    /// Off, every response lists each of its resources, as a caller unaware of `shared` expects.
+    /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)): then a response that sends all
+    /// of a view's set (a joining client's, or a full-state SotW wildcard client's) carries the
+    /// set whole, which the caller can encode once for every client it goes to. Off, every
+    /// response lists each of its resources, as a caller unaware of `shared` expects.
     pub shared_sets: bool,
 }
 
