@@ -281,11 +281,7 @@ impl View for Table {
     /// by normal-form name), keeping those whose leaf is one segment and whose context
     /// parameters are exactly the glob's: O(log n + names under the prefix), never a scan.
     fn for_each_member(&self, glob: &str, f: &mut dyn FnMut(&EncodedResource)) {
-        let Some((prefix, _)) = xds_core::xdstp::glob_prefix(glob) else { return };
-        let under = self
-            .entries
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-            .take_while(|(name, _)| name.starts_with(prefix));
+        let under = xds_core::xdstp::under_prefix(&self.entries, glob);
         #[cfg(test)]
         let under = under.inspect(|_| self.member_steps.add());
         for (name, entry) in under {

@@ -276,6 +276,21 @@ pub fn glob_prefix(glob: &str) -> Option<(&str, &str)> {
     Some((&glob[..SCHEME.len() + path.len()], query))
 }
 
+/// The entries of `map` (keyed by normal-form name) whose names start with `glob`'s prefix
+/// ([`glob_prefix`]), in name order: every member of the glob and the few other names under the
+/// same path, found by a range over the ordered keys, O(log n + names under the prefix), never a
+/// scan. Filter with [`is_member`]. Empty if `glob` is not a glob.
+pub fn under_prefix<'a, K: std::borrow::Borrow<str> + Ord, V>(
+    map: &'a BTreeMap<K, V>,
+    glob: &'a str,
+) -> impl Iterator<Item = (&'a K, &'a V)> + 'a {
+    let prefix = glob_prefix(glob).map(|(prefix, _)| prefix);
+    let start = prefix.unwrap_or("");
+    // Without a prefix the range is cut off at once: `take_while` sees a `None` prefix.
+    map.range::<str, _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+        .take_while(move |(name, _)| prefix.is_some_and(|p| (*name).borrow().starts_with(p)))
+}
+
 /// Whether the normal-form `name` is a member of the normal-form glob collection `glob`
 /// (rule C2): the same authority, type and leading id segments, one more segment that is not
 /// `*`, and exactly the same context parameters.

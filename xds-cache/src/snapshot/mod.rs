@@ -218,8 +218,5 @@ fn resolves_in(types: &BTreeMap<TypeUrl, Resources>, reference: &Reference) -> b
         return map.contains_key(name);
     }
     // Names are keyed by their normal form, so the members sit in one range under the prefix.
-    let Some((prefix, _)) = xds_core::xdstp::glob_prefix(name) else { return false };
-    map.range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-        .take_while(|(n, _)| n.starts_with(prefix))
-        .any(|(n, _)| xds_core::xdstp::is_member(n, name))
+    xds_core::xdstp::under_prefix(map, name).any(|(n, _)| xds_core::xdstp::is_member(n, name))
 }
