@@ -171,3 +171,103 @@ impl XdsRequest<'_> {
 pub struct NoCallbacks;
 
 impl Callbacks for NoCallbacks {}
+
+/// Shared callbacks: a handler that also serves metrics or a test keeps an `Arc` of it and hands
+/// the server a clone.
+impl<T: Callbacks + ?Sized> Callbacks for Arc<T> {
+    fn on_stream_open(&self, stream: &StreamInfo) -> Result<(), Refusal> {
+        (**self).on_stream_open(stream)
+    }
+
+    fn on_node(&self, stream: &StreamInfo, node: &Node) -> Result<(), Refusal> {
+        (**self).on_node(stream, node)
+    }
+
+    fn on_stream_closed(&self, stream: &StreamInfo) {
+        (**self).on_stream_closed(stream)
+    }
+
+    fn on_request(
+        &self,
+        stream: &StreamInfo,
+        type_url: &TypeUrl,
+        request: XdsRequest<'_>,
+    ) -> Result<(), tonic::Status> {
+        (**self).on_request(stream, type_url, request)
+    }
+
+    fn wants_repeated_names(&self) -> bool {
+        (**self).wants_repeated_names()
+    }
+
+    fn on_response(
+        &self,
+        stream: &StreamInfo,
+        type_url: &TypeUrl,
+        version: &str,
+        nonce: &str,
+        resources: usize,
+    ) {
+        (**self).on_response(stream, type_url, version, nonce, resources)
+    }
+
+    fn on_ack(&self, stream: &StreamInfo, type_url: &TypeUrl, version: &str, nonce: &str) {
+        (**self).on_ack(stream, type_url, version, nonce)
+    }
+
+    fn on_nack(
+        &self,
+        stream: &StreamInfo,
+        type_url: &TypeUrl,
+        version: &str,
+        nonce: &str,
+        error: &ErrorDetail,
+    ) {
+        (**self).on_nack(stream, type_url, version, nonce, error)
+    }
+
+    fn on_fetch_request(&self, node: &Node, type_url: &TypeUrl, names: &[String]) {
+        (**self).on_fetch_request(node, type_url, names)
+    }
+
+    fn on_fetch_response(&self, node: &Node, type_url: &TypeUrl, version: Option<&str>) {
+        (**self).on_fetch_response(node, type_url, version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts the fetches it sees and wants repeated names.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Callbacks for Counting {
+        fn on_fetch_request(&self, _: &Node, _: &TypeUrl, _: &[String]) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn wants_repeated_names(&self) -> bool {
+            true
+        }
+    }
+
+    fn as_callbacks(callbacks: impl Callbacks) -> Box<dyn Callbacks> {
+        Box::new(callbacks)
+    }
+
+    #[test]
+    fn an_arc_of_callbacks_is_callbacks_and_every_call_reaches_the_shared_one() {
+        let shared = Arc::new(Counting::default());
+        let given = as_callbacks(shared.clone());
+        let cluster = TypeUrl::from(xds_proto::ResourceType::Cluster);
+        given.on_fetch_request(&Node::default(), &cluster, &[]);
+        given.on_fetch_request(&Node::default(), &cluster, &[]);
+        assert_eq!(shared.0.load(Ordering::Relaxed), 2);
+        // Methods with a result or a default are forwarded too, not left at the trait's default.
+        assert!(given.wants_repeated_names());
+    }
+}

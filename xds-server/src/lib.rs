@@ -38,7 +38,7 @@
 //!         .config(ServerConfig { control_plane_id: Some("cp-1".into()), ..Default::default() })
 //!         .build();
 //!     let stopping = server.clone();
-//!     tonic::transport::Server::builder()
+//!     xds_server::tonic::transport::Server::builder()
 //!         .add_routes(server.routes())
 //!         .serve_with_shutdown("127.0.0.1:18000".parse()?, async move {
 //!             let _ = tokio::signal::ctrl_c().await;
@@ -113,8 +113,14 @@ pub use tonic;
 /// The HTTP router of [`XdsServer::rest_router`] and [`XdsServer::service_routes`].
 pub use axum;
 
+/// The middleware crate of tonic and axum: its layers (concurrency limits, timeouts) wrap the
+/// server's services, and a control plane reaches it here rather than adding a dependency whose
+/// version must match.
+pub use tower;
+
 /// What most control planes use, in one `use xds_server::prelude::*;`.
 pub mod prelude {
+    pub use crate::authz::{self, Access};
     pub use crate::{
         Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
     };
@@ -122,6 +128,14 @@ pub mod prelude {
         Cache, CacheError, DynView, LinearCache, MuxCache, Registration, Signal, Snapshot,
         SnapshotCache, TypeVersion, Watch, WatchRequest, Watchers,
     };
+    pub use xds_core::ErrorDetail;
     pub use xds_core::{ResourceSet, View};
+    pub use xds_proto::pb::envoy::config::core::v3::Node;
     pub use xds_proto::{EncodeError, EncodedResource, ResourceType, TypeUrl, XdsResource};
 }
+
+/// The README's example, compiled as a doctest so that the first code a user copies keeps
+/// building with `xds-server` alone.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -59,12 +59,12 @@ impl XdsServer {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// use xds_cache::SnapshotCache;
     /// use xds_server::XdsServer;
+    /// use xds_server::cache::SnapshotCache;
     ///
     /// let server = XdsServer::new(SnapshotCache::by_node_id());
     /// let listener = tokio::net::TcpListener::bind("127.0.0.1:18001").await?;
-    /// axum::serve(listener, server.rest_router()).await?;
+    /// xds_server::axum::serve(listener, server.rest_router()).await?;
     /// # Ok(()) }
     /// ```
     pub fn rest_router(&self) -> Router {

@@ -140,12 +140,12 @@ pub(crate) fn cache_status(e: &CacheError) -> Status {
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use xds_cache::SnapshotCache;
 /// use xds_server::XdsServer;
+/// use xds_server::cache::SnapshotCache;
 ///
 /// let cache = SnapshotCache::by_node_id();
 /// let server = XdsServer::new(cache.clone());
-/// tonic::transport::Server::builder()
+/// xds_server::tonic::transport::Server::builder()
 ///     .add_routes(server.routes())
 ///     .serve("127.0.0.1:18000".parse()?)
 ///     .await?;
@@ -309,15 +309,15 @@ impl XdsServer {
     /// use xds_server::{Service, XdsServer};
     /// use xds_server::axum::Router;
     ///
-    /// let server = XdsServer::new(xds_cache::SnapshotCache::by_node_id());
+    /// let server = XdsServer::new(xds_server::cache::SnapshotCache::by_node_id());
     /// let mut router = Router::new();
     /// for service in Service::all().filter(|s| *s != Service::ClientStatus) {
     ///     router = router.merge(server.service_routes(service).into_axum_router());
     /// }
     /// // CSDS shows every node's configuration: put your own auth layer on it alone.
     /// let csds = server.service_routes(Service::ClientStatus).into_axum_router();
-    /// let csds = csds.layer(tower::limit::ConcurrencyLimitLayer::new(4));
-    /// tonic::transport::Server::builder()
+    /// let csds = csds.layer(xds_server::tower::limit::ConcurrencyLimitLayer::new(4));
+    /// xds_server::tonic::transport::Server::builder()
     ///     .add_routes(router.merge(csds).into())
     ///     .serve("127.0.0.1:18000".parse()?)
     ///     .await?;

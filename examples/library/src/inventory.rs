@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use xds_proto::builders::endpoints;
 use xds_server::prelude::*;
+use xds_server::proto::builders::endpoints;
 
 /// The encoded endpoints of every service, and what identifies this state.
 #[derive(Default)]

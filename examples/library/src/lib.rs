@@ -12,9 +12,9 @@ pub mod inventory;
 ///
 /// The transport's error when the port cannot be bound or serving fails.
 pub async fn serve_until_ctrl_c(
-    routes: tonic::service::Routes,
-) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
+    routes: xds_server::tonic::service::Routes,
+) -> Result<(), xds_server::tonic::transport::Error> {
+    xds_server::tonic::transport::Server::builder()
         .add_routes(routes)
         .serve_with_shutdown(std::net::SocketAddr::from(([127, 0, 0, 1], 18000)), async {
             let _ = tokio::signal::ctrl_c().await;

@@ -7,23 +7,23 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use xds_examples::inventory::Inventory;
-use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use xds_proto::{ResourceType, TypeUrl};
+use xds_server::proto::pb::envoy::config::core::v3::Node;
+use xds_server::proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use xds_server::proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use xds_server::proto::{ResourceType, TypeUrl};
 
 const WAIT: Duration = Duration::from_secs(5);
 
-async fn serve(inventory: Inventory) -> tonic::transport::Channel {
+async fn serve(inventory: Inventory) -> xds_server::tonic::transport::Channel {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(
-        tonic::transport::Server::builder()
+        xds_server::tonic::transport::Server::builder()
             .add_routes(xds_server::XdsServer::new(inventory).routes())
             .serve_with_incoming(incoming),
     );
-    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    xds_server::tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await

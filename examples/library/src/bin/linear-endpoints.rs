@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use xds_cache::{LinearCache, MuxCache};
-use xds_proto::ResourceType;
-use xds_proto::builders::{eds_cluster, endpoints};
-use xds_proto::pb::envoy::config::cluster::v3::Cluster;
-use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_server::cache::{LinearCache, MuxCache};
+use xds_server::proto::ResourceType;
+use xds_server::proto::builders::{eds_cluster, endpoints};
+use xds_server::proto::pb::envoy::config::cluster::v3::Cluster;
+use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use xds_server::{ServerConfig, XdsServer};
 
 #[tokio::main]
