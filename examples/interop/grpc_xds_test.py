@@ -18,6 +18,13 @@ Cluster and ClusterLoadAssignment from a YAML file that this script rewrites whi
                 ``xdstp://`` name, the Listener's context parameters in another order in the file
                 than in the client's template (rule C1: the same resource); RPCs reach backend A
                 while the first target keeps reaching B
+  8. missing    a target whose Listener does not exist, ``xds:///no-such-service``: the server
+                answers the client's subscription with ``NOT_FOUND`` in ``resource_errors`` (TP3,
+                rule C4; no client feature asks for it), its /status shows that error for the
+                client, and the step prints how long grpcio takes to fail an RPC to the target.
+                grpcio 1.85 does not read the field yet (gRPC A88): it fails after its 15 s
+                does-not-exist timer; a client that reads it fails at once. The step passes either
+                way, as long as the RPC fails and the first target keeps working.
 
 Usage: grpc_xds_test.py [SERVER_BINARY]   (default: <repo>/target/debug/xds-file-server)
 Prints one ``PASS step: ...`` / ``FAIL step: ...`` line per step and ends with
@@ -40,8 +47,13 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_URL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+LISTENER_URL = "type.googleapis.com/envoy.config.listener.v3.Listener"
+MISSING = "no-such-service"
+# How long an RPC to a target with no Listener may take to fail: past grpcio's 15 s timer.
+MISSING_WAIT = 40
 NODE_ID = "interop-client"
-STEPS = ["started", "routed", "load", "updated", "nack", "recovered", "bad-config", "federation"]
+STEPS = ["started", "routed", "load", "updated", "nack", "recovered", "bad-config", "federation",
+         "missing"]
 
 # How long each kind of wait may take, in seconds.
 HEALTHZ_WAIT = 20
@@ -538,6 +550,43 @@ class Test:
         return (f"xds://{AUTHORITY}/fed-service (xdstp:// Listener, route, cluster and endpoints) "
                 f"reached backend-A after {tries} tries; xds:///demo-service still reaches backend-B")
 
+    def step_missing(self):
+        channel = self.grpc.insecure_channel(f"xds:///{MISSING}",
+                                             options=[("grpc.enable_http_proxy", 0)])
+
+        def told(status):
+            for stream in status.get("streams", []):
+                if stream.get("node_id") != NODE_ID:
+                    continue
+                error = stream.get("types", {}).get(LISTENER_URL, {}).get("errors", {}).get(MISSING)
+                if error:
+                    return error
+            return None
+
+        try:
+            rpc = channel.unary_unary("/demo.Echo/Who")
+            t0 = time.monotonic()
+            call = rpc.future(b"", timeout=MISSING_WAIT)
+            # While the channel lives the client subscribes to the Listener, and the error stands.
+            error = self.poll_status(f"a resource error for Listener {MISSING}", told)
+            try:
+                got = call.result().decode()
+                raise StepFailed(f"an RPC to xds:///{MISSING} reached {got}")
+            except self.grpc.RpcError as e:
+                took = time.monotonic() - t0
+                failure = f"{e.code().name}: {' '.join((e.details() or '').split())[:100]}"
+                if e.code() == self.grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise StepFailed(f"the RPC to xds:///{MISSING} did not fail within "
+                                     f"{MISSING_WAIT}s") from None
+        finally:
+            channel.close()
+        if error.get("code") != 5:
+            raise StepFailed(f"the client was told {json.dumps(error)}, not NOT_FOUND (5)")
+        self.expect_steady("backend-B")
+        print(f"  grpcio {self.grpc.__version__} took {took:.1f}s to fail an RPC to a target "
+              f"whose Listener does not exist ({failure})")
+        return (f"NOT_FOUND sent for Listener {MISSING}; grpcio failed the RPC after {took:.1f}s "
+                f"({failure}); xds:///demo-service still reaches backend-B")
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -112,6 +112,12 @@ impl Protocol for Delta {
                 .chain(resources.iter().map(DeltaResource::name))
                 .chain(removed_resources.iter().map(String::as_str)),
         );
+        let mut resource_errors = resource_errors;
+        crate::naming::drop_sent(&mut resource_errors, |name| {
+            let listed = resources.binary_search_by(|r| r.name().cmp(name));
+            listed.is_ok_and(|i| matches!(resources[i], DeltaResource::Present { .. }))
+                || shared.as_ref().is_some_and(|set| set.get(name).is_some())
+        });
         Some(DeltaResponse {
             system_version_info: view.version(),
             nonce: sub.flow.sent(nonces),

@@ -62,7 +62,7 @@ pub use message::{
     DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwNames,
     SotwRequest, SotwResponse,
 };
-pub use naming::{RESOURCE_ERRORS_CLIENT_FEATURES, ResourceError, code};
+pub use naming::{ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, ResourceSet, TypeTraits, View};
 pub use stream::{

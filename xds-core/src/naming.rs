@@ -13,14 +13,19 @@
 //! `denied`) is refused the same way, with `PERMISSION_DENIED`.
 //!
 //! On the way out, `resource_errors` (rule C4) carry:
-//! - `INVALID_ARGUMENT` for a refused name, `PERMISSION_DENIED` for a denied one (always: clients
-//!   that do not read the field lose nothing, the name would never have been answered);
+//! - `INVALID_ARGUMENT` for a refused name, `PERMISSION_DENIED` for a denied one;
 //! - the error a cache attached to a subscribed name that does not exist ([`View::resource_error`],
 //!   e.g. `UNAVAILABLE`: "upstream inventory unreachable"), or to `*` for a wildcard;
-//! - `NOT_FOUND` for a subscribed name that does not exist, when the client declared it reads
-//!   resource errors ([`RESOURCE_ERRORS_CLIENT_FEATURES`]). On delta this replaces the bodiless
-//!   `Resource` of rule D6; a client that did not declare it keeps getting D6 (delta) or silence
-//!   (SotW), as before.
+//! - `NOT_FOUND` for a subscribed name that does not exist. On delta it goes beside the bodiless
+//!   `Resource` of rule D6, which says the same to clients that do not read the field; on SotW,
+//!   where a missing name otherwise gets silence until the client's does-not-exist timer fires
+//!   (15 s on gRPC), it is the only answer.
+//!
+//! No client feature asks for them: TP3 has the server send the field, and older clients, which
+//! do not know it, skip it (an unknown protobuf field); gRPC A88 reads it whenever present. A
+//! wildcard subscription gets no `NOT_FOUND`: it names no resource that could be missing. A
+//! server may still turn the field off (`SubStream::configure_names`, `Stream::set_resource_errors`)
+//! for a client that breaks on it; none is known.
 //!
 //! Each error is sent once, and forgotten when the resource is sent (the client keeps the error
 //! until then, TP3).
@@ -31,11 +36,6 @@ use crate::message::ErrorDetail;
 use crate::resource::View;
 use crate::subscription::{Subscription, WILDCARD};
 use crate::xdstp::{self, XdstpError};
-
-/// `Node.client_features` values by which a client declares that it reads `resource_errors`
-/// (TP3 / gRPC A88). No well-known name is registered yet; these are the ones accepted.
-pub const RESOURCE_ERRORS_CLIENT_FEATURES: &[&str] =
-    &["xds.config.supports-resource-errors", "envoy.config.supports-resource-errors"];
 
 /// The `google.rpc.Code` values that per-resource errors use.
 pub mod code {
@@ -62,6 +62,15 @@ pub struct ResourceError {
     pub error: ErrorDetail,
 }
 
+/// Rule C4: a name is never both a resource and an error in one response. Drops the errors of
+/// names that `sent` says go out as resources (a name the policy refused as listed that a
+/// wildcard still delivers, say): the resource is the answer.
+pub(crate) fn drop_sent(errors: &mut Vec<ResourceError>, sent: impl Fn(&str) -> bool) {
+    if !errors.is_empty() {
+        errors.retain(|e| !sent(&e.name));
+    }
+}
+
 impl ErrorDetail {
     /// A status with `code` (see [`code`]) and `message`.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
@@ -80,8 +89,8 @@ impl ErrorDetail {
 pub(crate) struct Naming {
     /// The sub-stream's type as a message name, for the type segment of `xdstp://` names.
     resource_type: Option<Box<str>>,
-    /// The client reads `resource_errors`: absent names get `NOT_FOUND`.
-    not_found: bool,
+    /// The server's opt-out: responses carry no `resource_errors` at all.
+    silent: bool,
     /// Normal form -> the client's spelling, only where they differ: a resource is answered
     /// under the name the client asked for (rule C1).
     spellings: BTreeMap<String, String>,
@@ -104,7 +113,7 @@ pub(crate) struct DeltaNames {
 impl Naming {
     pub(crate) fn configure(&mut self, resource_type: Option<&str>, resource_errors: bool) {
         self.resource_type = resource_type.map(Into::into);
-        self.not_found = resource_errors;
+        self.silent = !resource_errors;
     }
 
     /// The normal form of `name`, or why it is refused.
@@ -250,6 +259,32 @@ impl Naming {
         out
     }
 
+    /// The errors the client was told that still stand, by name as the client wrote it: those
+    /// of names still subscribed (`*` and globs included) whose resource has not come since,
+    /// and those of refused names. Nothing when the server turned errors off.
+    pub(crate) fn standing(&self, sub: &Subscription) -> Vec<ResourceError> {
+        if self.silent {
+            return Vec::new();
+        }
+        let mut out = BTreeMap::new();
+        for (name, error) in &self.reported {
+            let subscribed = if name == WILDCARD {
+                sub.is_wildcard()
+            } else {
+                sub.has_name(name) || sub.has_glob(name)
+            };
+            if subscribed {
+                out.insert(self.spelled(name).to_owned(), error.clone());
+            }
+        }
+        for (name, error) in &self.refused {
+            if !self.pending.contains_key(name) {
+                out.insert(name.clone(), error.clone());
+            }
+        }
+        out.into_iter().map(|(name, error)| ResourceError { name, error }).collect()
+    }
+
     /// How many refused names are remembered (they count against a stream's subscription limit:
     /// a delta client could otherwise make the sub-stream remember any number of bad names).
     pub(crate) fn refused_len(&self) -> usize {
@@ -273,10 +308,12 @@ impl Naming {
     }
 
     /// Works out the errors a response carries, once the tracker compared the subscription with
-    /// the view. `absent` are subscribed names found missing for the first time (rule D6); those
-    /// answered by an error are taken out of it (the error is the answer). `recheck` are names
-    /// the client already holds as absent that may have changed (a cache attaching an error).
-    /// `sent` are the names of the resources going out: their errors are cleared.
+    /// the view. `absent` are subscribed names found missing for the first time (rule D6): each
+    /// gets `NOT_FOUND`, or the error the cache attached to it; a name whose error is not
+    /// `NOT_FOUND` is taken out of `absent` (a transient error does not say that the name does
+    /// not exist, and the error is the answer). `recheck` are names the client already holds as
+    /// absent that may have changed (a cache attaching an error). `sent` are the names of the
+    /// resources going out: their errors are cleared.
     pub(crate) fn errors<'a, V: View + ?Sized>(
         &mut self,
         view: &V,
@@ -285,6 +322,11 @@ impl Naming {
         recheck: &[String],
         sent: impl Iterator<Item = &'a str>,
     ) -> Vec<ResourceError> {
+        if self.silent {
+            // Absent names keep their rule D6 answer; refusals are remembered, never told.
+            self.pending.clear();
+            return Vec::new();
+        }
         if !self.reported.is_empty() {
             for name in sent {
                 self.reported.remove(name);
@@ -292,17 +334,13 @@ impl Naming {
         }
         let mut owed = std::mem::take(&mut self.pending);
         absent.retain(|(name, _)| {
-            let error = view.resource_error(name).or_else(|| {
-                self.not_found.then(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"))
-            });
-            match error {
-                Some(error) => {
-                    self.reported.insert(name.clone(), error.clone());
-                    owed.insert(self.spelled(name).to_owned(), error);
-                    false
-                }
-                None => true,
-            }
+            let error = view
+                .resource_error(name)
+                .unwrap_or_else(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"));
+            let not_found = error.code == code::NOT_FOUND;
+            self.reported.insert(name.clone(), error.clone());
+            owed.insert(self.spelled(name).to_owned(), error);
+            not_found
         });
         let wildcard = sub.is_wildcard().then_some(WILDCARD);
         for name in recheck.iter().map(String::as_str).chain(wildcard) {

@@ -85,11 +85,14 @@ impl Protocol for Sotw {
         let (diff, resource_errors) = sub.diff(view, defer_removals);
         let owed_first =
             !sub.responded && (sub.traits.full_state || sub.subscription.is_wildcard());
+        let mut version_info = None;
         let (resources, shared) = if sub.traits.full_state {
             if diff.is_empty() && resource_errors.is_empty() && !owed_first {
                 return None;
             }
-            full_state(sub, view)
+            let (resources, shared, interim) = full_state(sub, view);
+            version_info = interim;
+            (resources, shared)
         } else {
             let shared = diff.whole.filter(|set| !set.is_empty());
             if shared.is_none() && diff.send.is_empty() && resource_errors.is_empty() && !owed_first
@@ -98,8 +101,13 @@ impl Protocol for Sotw {
             }
             (diff.send.into_iter().map(|(resource, _)| resource).collect(), shared)
         };
+        let mut resource_errors = resource_errors;
+        crate::naming::drop_sent(&mut resource_errors, |name| {
+            resources.binary_search_by(|r| r.name().cmp(name)).is_ok()
+                || shared.as_ref().is_some_and(|set| set.get(name).is_some())
+        });
         Some(SotwResponse {
-            version_info: view.version(),
+            version_info: version_info.unwrap_or_else(|| view.version()),
             nonce: sub.flow.sent(nonces),
             resources,
             shared,
@@ -146,20 +154,22 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
 }
 
 /// Every subscribed resource that exists, by name, each once (rules S11, S14): for a wildcard
-/// with nothing deferred, the view's shared set whole (see [`SotwResponse::shared`]).
+/// with nothing deferred, the view's shared set whole (see [`SotwResponse::shared`]). With
+/// removals put off (rule O1), also the resources they keep with the client, and the version
+/// of that interim state ([`interim_version`]).
 ///
 /// The comparison that came before has recorded every one of them as held: each is either
 /// unchanged since the client got it or was just compared and sent.
 fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
     sub: &SotwSubStream<R>,
     view: &V,
-) -> (Vec<R>, Option<ResourceSet<R>>) {
+) -> (Vec<R>, Option<ResourceSet<R>>, Option<String>) {
     let mut all = Vec::new();
     if sub.subscription.is_wildcard()
         && sub.tracker.deferred.is_empty()
         && let Some(set) = view.resource_set()
     {
-        return (all, Some(set).filter(|set| !set.is_empty()));
+        return (all, Some(set).filter(|set| !set.is_empty()), None);
     }
     if sub.subscription.is_wildcard() {
         match view.resource_set() {
@@ -170,13 +180,42 @@ fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
         all.extend(sub.subscription.names().iter().filter_map(|name| view.get(name)));
     }
     // Removals put off (rule O1) stay in the full state, as the client last got them.
+    let mut kept = Vec::new();
     for name in &sub.tracker.deferred {
-        if let Some(HeldRef::Sent(r)) = sub.tracker.get(name, &sub.subscription) {
-            all.push(r.clone());
+        if let Some(HeldRef::Sent(r)) = sub.tracker.get(name, &sub.subscription)
+            && view.get(name).is_none()
+        {
+            kept.push(r.clone());
         }
     }
+    let interim = (!kept.is_empty()).then(|| interim_version(&view.version(), &kept));
+    all.extend(kept);
     // Stable: of two with one name, the view's (first) stays.
     all.sort_by(|a, b| a.name().cmp(b.name()));
     all.dedup_by(|later, earlier| later.name() == earlier.name());
-    (all, None)
+    (all, None, interim)
+}
+
+/// The version of a full-state answer that keeps removed resources with the client for now
+/// (rule O1): the view's version, `+`, and a hash of the names and versions kept, in name order.
+///
+/// Rule S16: the interim answer and the final one (the view's resources only) differ, so their
+/// versions must. Were they the same, a client that got the interim answer and reconnected with
+/// its version (rule S15) would be taken to hold the final state and be sent nothing: it would
+/// keep the removed resources until some later change. With its own version, that client is
+/// sent the full state again; a client that got the final answer still resumes with nothing
+/// sent. The version comes from the content alone (the view's version is a content hash on the
+/// caches), so every replica names one interim state alike; and the caches' versions are hex
+/// digits only, so one with this suffix never names a final state.
+pub(crate) fn interim_version<R: Resource>(version: &str, kept: &[R]) -> String {
+    let mut bytes = Vec::new();
+    for r in kept {
+        bytes.extend_from_slice(r.name().as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(r.version().as_bytes());
+        bytes.push(0);
+    }
+    // 64 bits are plenty to tell apart the interim states of one final version.
+    let hash = crate::digest::hash(&bytes) as u64;
+    format!("{version}+{hash:016x}")
 }

@@ -193,10 +193,11 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     }
 
     /// Sets what names and errors depend on (rules C1, C4): the type as a message name (an
-    /// `xdstp://` name of another type is refused) and whether the client reads
-    /// `resource_errors` (then a subscribed name that does not exist is answered `NOT_FOUND`
-    /// there instead of with silence (SotW) or a bodiless resource (delta)). Call it before the
-    /// first request.
+    /// `xdstp://` name of another type is refused) and whether responses carry
+    /// `resource_errors` (on by default, as TP3 has it: clients that do not read the field skip
+    /// it; off, a subscribed name that does not exist gets only silence (SotW) or the bodiless
+    /// resource of rule D6 (delta), and refused names no answer). Call it before the first
+    /// request.
     pub fn configure_names(&mut self, resource_type: Option<&str>, resource_errors: bool) {
         self.naming.configure(resource_type, resource_errors);
     }
@@ -318,6 +319,13 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// the name does not exist.
     pub fn held(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
         self.tracker.held_versions(&self.subscription)
+    }
+
+    /// Rule C4: the per-resource errors the client was sent that still stand (the resource has
+    /// not come since, and the name is still subscribed or was refused), sorted by name as the
+    /// client wrote it: what a status page shows it holds besides its resources.
+    pub fn resource_errors(&self) -> Vec<ResourceError> {
+        self.naming.standing(&self.subscription)
     }
 
     /// How many names the sub-stream keeps state for beyond the view's shared set (see

@@ -49,7 +49,7 @@ fn c01_delta_reordered_parameters_match_and_are_answered_under_the_asked_name() 
     let mut n = nonces();
     // The cache keys the resource by its normal form (parameters sorted).
     let view = MemView::with(&[(&x("svc?a=1&b=2"), "1")]);
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let asked = x("svc?b=2&a=1");
     let _ = s.handle_request(delta(&[&asked], &[], ""));
     assert!(s.subscription().has_name(&x("svc?a=1&b=2")), "the subscription holds the normal form");
@@ -70,7 +70,7 @@ fn c01_sotw_reordered_parameters_match() {
     let mut n = nonces();
     let view = MemView::with(&[(&x("svc?a=1&b=2"), "1"), ("plain", "1")]);
     let mut s = SotwSubStream::new(EDS);
-    s.configure_names(Some(CLUSTER), false);
+    s.configure_names(Some(CLUSTER), true);
     let _ = s.handle_request(sotw(&[&x("svc?b=2&a=1"), "plain"], "", ""));
     let r = s.poll_response(&view, &mut n).unwrap();
     let got: Vec<_> = r.resources.iter().map(|r| r.name.clone()).collect();
@@ -89,7 +89,7 @@ fn c01_a_name_of_another_type_or_malformed_is_refused_once_with_invalid_argument
     let broken = x("bad%zz");
     // SotW: the other names are served; the refused ones are told once, not on every ACK.
     let mut s = SotwSubStream::new(EDS);
-    s.configure_names(Some(CLUSTER), false);
+    s.configure_names(Some(CLUSTER), true);
     let _ = s.handle_request(sotw(&["a", &listener, &broken], "", ""));
     assert!(!s.subscription().has_name(&listener));
     let r = s.poll_response(&view, &mut n).unwrap();
@@ -105,7 +105,7 @@ fn c01_a_name_of_another_type_or_malformed_is_refused_once_with_invalid_argument
     assert!(s.poll_response(&view, &mut n).is_none(), "told once");
 
     // Delta: the same, and an unsubscribe of the refused name is clean (rule D3).
-    let mut d = delta_sub(false);
+    let mut d = delta_sub(true);
     let h = d.handle_request(delta(&["a", &listener], &[], ""));
     assert_eq!(h.subscribed, ["a"]);
     let r = d.poll_response(&view, &mut n).unwrap();
@@ -120,7 +120,7 @@ fn c01_a_name_of_another_type_or_malformed_is_refused_once_with_invalid_argument
 fn c01_reconnect_declared_versions_are_normalized() {
     let mut n = nonces();
     let view = MemView::with(&[(&x("svc?a=1&b=2"), "1")]);
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let mut req = delta(&[&x("svc?b=2&a=1")], &[], "");
     req.initial_resource_versions = BTreeMap::from([(x("svc?b=2&a=1"), "1".to_owned())]);
     let h = s.handle_request(req);
@@ -129,50 +129,102 @@ fn c01_reconnect_declared_versions_are_normalized() {
     assert!(s.poll_response(&view, &mut n).is_none());
 }
 
+/// Rule C4: no client feature gates `resource_errors` (TP3 has the server send them; gRPC A88
+/// reads them whenever present). A subscribed name that does not exist gets `NOT_FOUND` once;
+/// on delta beside rule D6's bodiless resource, which clients that skip the field rely on.
 #[test]
-fn c04_not_found_only_for_clients_that_declared_resource_errors() {
+fn c04_not_found_is_sent_to_every_client_beside_d6_once_and_forgotten_when_the_resource_comes() {
     let mut n = nonces();
     let mut view = MemView::with(&[("a", "1")]);
-    // Without the client feature: rule D6, a bodiless resource, no error.
-    let mut old = delta_sub(false);
-    let _ = old.handle_request(delta(&["a", "missing"], &[], ""));
-    let r = old.poll_response(&view, &mut n).unwrap();
-    assert_eq!(absent(&r), ["missing"]);
-    assert!(r.resource_errors.is_empty());
-    // With it: NOT_FOUND in resource_errors instead, once.
-    let mut new = delta_sub(true);
-    let _ = new.handle_request(delta(&["a", "missing"], &[], ""));
-    let r = new.poll_response(&view, &mut n).unwrap();
-    assert!(absent(&r).is_empty());
+    let mut s = DeltaSubStream::new(CDS);
+    let _ = s.handle_request(delta(&["a", "missing"], &[], ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(present(&r), ["a"], "the other resources are intact");
+    assert_eq!(absent(&r), ["missing"], "rule D6 still answers it");
     assert_eq!(errors(&r.resource_errors), [("missing", code::NOT_FOUND)]);
-    let _ = new.handle_request(delta(&[], &[], &r.nonce));
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
     view.set("a", "2");
-    let r = new.poll_response(&view, &mut n).unwrap();
+    let r = s.poll_response(&view, &mut n).unwrap();
     assert!(r.resource_errors.is_empty(), "sent once");
     // It appears: sent, and the error is over.
-    let _ = new.handle_request(delta(&[], &[], &r.nonce));
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
     view.set("missing", "1");
-    let r = new.poll_response(&view, &mut n).unwrap();
+    let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(present(&r), ["missing"]);
     assert!(r.resource_errors.is_empty());
+    // Gone again: a new NOT_FOUND is owed only once it is subscribed afresh; the removal
+    // (rule D5) says it is gone.
+    let _ = s.handle_request(delta(&[], &[], &r.nonce));
+    view.delete("missing");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(r.removed_resources, ["missing"]);
 
-    // SotW: silence without the feature, NOT_FOUND with it; a full-state response still carries
-    // every other resource.
-    for (feature, want) in [(false, vec![]), (true, vec![("gone", code::NOT_FOUND)])] {
-        let mut s = SotwSubStream::new(CDS);
-        s.configure_names(Some(CLUSTER), feature);
-        let _ = s.handle_request(sotw(&["a", "gone"], "", ""));
-        let r = s.poll_response(&view, &mut n).unwrap();
-        assert_eq!(r.resources.len(), 1);
-        assert_eq!(errors(&r.resource_errors), want);
-    }
+    // SotW: NOT_FOUND, and a full-state response still carries every other resource.
+    let mut s = SotwSubStream::new(CDS);
+    let _ = s.handle_request(sotw(&["a", "gone"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert_eq!(errors(&r.resource_errors), [("gone", code::NOT_FOUND)]);
+    let _ = s.handle_request(sotw(&["a", "gone"], &r.version_info, &r.nonce));
+    view.set("a", "3");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert!(r.resource_errors.is_empty(), "sent once");
+    // A non-full-state type too.
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "gone"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(errors(&r.resource_errors), [("gone", code::NOT_FOUND)]);
+
+    // A wildcard names no resource that could be missing: no NOT_FOUND.
+    let mut s = SotwSubStream::new(CDS);
+    let _ = s.handle_request(sotw(&[], "", ""));
+    assert!(s.poll_response(&view, &mut n).unwrap().resource_errors.is_empty());
+}
+
+/// Rule C4: the server's opt-out. Off, no response carries `resource_errors`; a missing name
+/// gets rule D6 (delta) or silence (SotW), as for a server without TP3.
+#[test]
+fn c04_the_opt_out_sends_no_resource_errors() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1")]);
+    let mut d = delta_sub(false);
+    let mut req = delta(&["a", "missing", "secret"], &[], "");
+    req.denied = BTreeMap::from([("secret".to_owned(), "not for this node".to_owned())]);
+    let _ = d.handle_request(req);
+    let r = d.poll_response(&view, &mut n).unwrap();
+    assert_eq!(absent(&r), ["missing"]);
+    assert!(r.resource_errors.is_empty());
+    let mut s = SotwSubStream::new(CDS);
+    s.configure_names(Some(CLUSTER), false);
+    let _ = s.handle_request(sotw(&["a", "gone"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert!(r.resource_errors.is_empty());
+}
+
+/// Rule C4: a name is never both a resource and an error in one response. A listed name the
+/// policy refuses is still delivered by the wildcard beside it: the resource is the answer.
+#[test]
+fn c04_a_name_is_never_both_a_resource_and_an_error() {
+    let mut n = nonces();
+    let view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(CDS);
+    let mut req = sotw(&["*", "b", "c"], "", "");
+    req.denied = BTreeMap::from([
+        ("b".to_owned(), "not for this node".to_owned()),
+        ("c".to_owned(), "not for this node".to_owned()),
+    ]);
+    let _ = s.handle_request(req);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a", "b"]);
+    assert_eq!(errors(&r.resource_errors), [("c", code::PERMISSION_DENIED)]);
 }
 
 #[test]
 fn c04_an_attached_error_is_sent_once_for_a_missing_name_and_cleared_by_the_resource() {
     let mut n = nonces();
     let mut view = MemView::with(&[("a", "1")]);
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let _ = s.handle_request(delta(&["a", "b"], &[], ""));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(absent(&r), ["b"]);
@@ -195,7 +247,7 @@ fn c04_an_attached_error_is_sent_once_for_a_missing_name_and_cleared_by_the_reso
     // A view without change history finds it too (every name compared).
     let mut view = MemView { no_history: true, ..MemView::with(&[("a", "1")]) };
     view.set_error("c", code::PERMISSION_DENIED, "not yours");
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let _ = s.handle_request(delta(&["c"], &[], ""));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(errors(&r.resource_errors), [("c", code::PERMISSION_DENIED)]);
@@ -207,7 +259,7 @@ fn c04_a_wildcard_error_names_the_wildcard() {
     let mut n = nonces();
     let mut view = MemView::with(&[("a", "1")]);
     view.set_error("*", code::UNAVAILABLE, "partial inventory");
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let _ = s.handle_request(delta(&["*"], &[], ""));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(present(&r), ["a"]);
@@ -222,7 +274,7 @@ fn c03_named_resources_next_to_the_wildcard() {
     // `od` is outside the wildcard set for this client: the view is the wildcard set plus
     // whatever exists; the core answers named ones as D2/D6 say.
     let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
-    let mut s = delta_sub(false);
+    let mut s = delta_sub(true);
     let _ = s.handle_request(delta(&["*"], &[], ""));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(present(&r), ["a", "b"]);
@@ -258,7 +310,7 @@ fn lb(path: &str) -> String {
 
 fn leds_sub() -> DeltaSubStream<Res> {
     let mut s = DeltaSubStream::new(EDS);
-    s.configure_names(Some(LB), false);
+    s.configure_names(Some(LB), true);
     s
 }
 
@@ -450,7 +502,7 @@ fn c02_glob_in_sotw_is_refused_per_resource() {
     let mut n = nonces();
     let view = MemView::with(&[(&lb("svc/a"), "1"), ("plain", "1")]);
     let mut s = SotwSubStream::new(EDS);
-    s.configure_names(Some(LB), false);
+    s.configure_names(Some(LB), true);
     let _ = s.handle_request(sotw(&[&lb("svc/*"), "plain"], "", ""));
     assert!(s.subscription().globs().is_empty());
     let r = s.poll_response(&view, &mut n).unwrap();
@@ -511,7 +563,7 @@ fn c04_names_the_policy_denies_are_refused_with_permission_denied_once() {
     assert!(s.poll_response(&view, &mut n).is_none());
 
     // Delta: the same, and a later subscription the policy allows is served.
-    let mut d = delta_sub(false);
+    let mut d = delta_sub(true);
     let _ = d.handle_request(xds_core::DeltaRequest {
         denied: denied.clone(),
         ..delta(&["a", "secret"], &[], "")

@@ -404,3 +404,177 @@ fn c01_refused_names_count_against_the_subscription_bound() {
         .unwrap_err();
     assert!(matches!(e, StreamError::TooManySubscribed { max: 3, got: 4, .. }), "{e}");
 }
+
+/// What a client holds: per type, name -> version, and (SotW) the version of the type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Held(BTreeMap<T, (BTreeMap<String, String>, String)>);
+
+impl Held {
+    fn of_world(world: &World, ts: &[T]) -> BTreeMap<T, BTreeMap<String, String>> {
+        ts.iter()
+            .map(|t| (*t, world.0.get(t).map(|v| v.resources.clone()).unwrap_or_default()))
+            .collect()
+    }
+    fn resources(&self) -> BTreeMap<T, BTreeMap<String, String>> {
+        self.0.iter().map(|(t, (r, _))| (*t, r.clone())).collect()
+    }
+}
+
+/// Drives a SotW ADS stream of wildcard CDS and LDS until it is quiet: every response applied
+/// to `held` (a full-state response replaces what the client had) and ACKed. Returns the
+/// client's state after each response, in order.
+fn sotw_drive(h: &mut Harness<Sotw>, held: &mut Held) -> Vec<Held> {
+    let mut seen = Vec::new();
+    loop {
+        let out = h.responses();
+        if out.is_empty() {
+            return seen;
+        }
+        for o in out {
+            let r = o.response.into_listed();
+            let items = sotw_items(&r).into_iter().collect();
+            held.0.insert(o.type_key, (items, r.version_info.clone()));
+            seen.push(held.clone());
+            h.request(o.type_key, sotw(&[], &r.version_info, &r.nonce));
+        }
+    }
+}
+
+/// Rules S15, S16 and O1: a make-before-break update reaches a SotW CDS client as an interim
+/// answer (old and new clusters) and then the final one. A client that reconnects with any
+/// version it was sent during the update (before, interim, final) ends holding exactly the
+/// configuration: the interim answer has a version of its own, so a resume at it is not taken
+/// for a resume at the final state.
+#[test]
+fn s15_s16_o1_a_sotw_client_reconnecting_with_any_version_it_saw_ends_with_the_configuration() {
+    let ts = [T::Cds, T::Lds];
+    let mut h = Harness::<Sotw>::ads();
+    h.world.view(T::Cds).set("keep", "1");
+    h.world.view(T::Cds).set("old", "1");
+    h.world.view(T::Lds).set("l", "1");
+    let mut held = Held::default();
+    h.request(T::Cds, sotw(&[], "", ""));
+    h.request(T::Lds, sotw(&[], "", ""));
+    let mut seen = sotw_drive(&mut h, &mut held);
+    // One update: `old` is replaced by `new`, and the listener moves to it.
+    h.world.view(T::Cds).set("new", "1");
+    h.world.view(T::Cds).delete("old");
+    h.world.view(T::Lds).set("l", "2");
+    let during = sotw_drive(&mut h, &mut held);
+    assert_eq!(held.resources(), Held::of_world(&h.world, &ts), "the first stream converges");
+    // The update went out make-before-break: an interim CDS answer with `old` still in it,
+    // under a version that is not the final one.
+    let interim: Vec<&Held> =
+        during.iter().filter(|s| s.0[&T::Cds].0.contains_key("old")).collect();
+    assert!(!interim.is_empty(), "rule O1: the removal came in a later answer");
+    let final_cds = &held.0[&T::Cds].1;
+    for state in &interim {
+        assert_ne!(
+            &state.0[&T::Cds].1,
+            final_cds,
+            "rule S16: an interim state has its own version"
+        );
+    }
+    seen.extend(during);
+    for state in seen {
+        let mut h2 = Harness::<Sotw>::ads();
+        h2.world = World(h.world.0.clone());
+        let mut client = state.clone();
+        for t in ts {
+            let version = state.0.get(&t).map_or("", |(_, v)| v.as_str());
+            h2.request(t, sotw(&[], version, ""));
+        }
+        let _ = sotw_drive(&mut h2, &mut client);
+        assert_eq!(
+            client.resources(),
+            Held::of_world(&h.world, &ts),
+            "reconnected with {:?}",
+            state.0.values().map(|(_, v)| v).collect::<Vec<_>>()
+        );
+    }
+    // And a client that got the final answer resumes without being sent anything again.
+    let mut h2 = Harness::<Sotw>::ads();
+    h2.world = World(h.world.0.clone());
+    for t in ts {
+        h2.request(t, sotw(&[], &held.0[&t].1, ""));
+    }
+    assert!(h2.responses().is_empty(), "rule S15: nothing resent at the final version");
+}
+
+/// Drives a delta ADS stream until it is quiet, applying every response to `held` (entries
+/// added or replaced, removals dropped) and ACKing it. Returns the state after each response.
+fn delta_drive(h: &mut Harness<Delta>, held: &mut Held) -> Vec<Held> {
+    let mut seen = Vec::new();
+    loop {
+        let out = h.responses();
+        if out.is_empty() {
+            return seen;
+        }
+        for o in out {
+            let r = o.response.into_listed();
+            let entry = held.0.entry(o.type_key).or_default();
+            for (name, version) in delta_items(&r) {
+                if let Some(version) = version {
+                    entry.0.insert(name, version);
+                }
+            }
+            for name in &r.removed_resources {
+                entry.0.remove(name);
+            }
+            seen.push(held.clone());
+            h.request(o.type_key, delta(&[], &[], &r.nonce));
+        }
+    }
+}
+
+/// Rules D7 and O1: the same on delta. A client that reconnects during a make-before-break
+/// update, declaring in `initial_resource_versions` what it holds at any point of it, ends
+/// holding exactly the configuration.
+#[test]
+fn d07_o1_a_delta_client_reconnecting_mid_update_ends_with_the_configuration() {
+    let ts = [T::Cds, T::Eds, T::Lds];
+    let mut h = Harness::<Delta>::ads();
+    for n in ["keep", "old"] {
+        h.world.view(T::Cds).set(n, "1");
+        h.world.view(T::Eds).set(n, "1");
+    }
+    h.world.view(T::Lds).set("l", "1");
+    let mut held = Held::default();
+    h.request(T::Cds, delta(&["*"], &[], ""));
+    h.request(T::Eds, delta(&["keep", "old", "new"], &[], ""));
+    h.request(T::Lds, delta(&["*"], &[], ""));
+    let mut seen = delta_drive(&mut h, &mut held);
+    for t in [T::Cds, T::Eds] {
+        h.world.view(t).set("new", "1");
+        h.world.view(t).delete("old");
+    }
+    h.world.view(T::Lds).set("l", "2");
+    let during = delta_drive(&mut h, &mut held);
+    assert_eq!(held.resources(), Held::of_world(&h.world, &ts), "the first stream converges");
+    assert!(
+        during
+            .iter()
+            .any(|s| s.0[&T::Cds].0.contains_key("old") && s.0[&T::Cds].0.contains_key("new")),
+        "rule O1: the removal came in a later answer"
+    );
+    seen.extend(during);
+    for state in seen {
+        let mut h2 = Harness::<Delta>::ads();
+        h2.world = World(h.world.0.clone());
+        let mut client = state.clone();
+        for (t, names_) in
+            [(T::Cds, vec!["*"]), (T::Eds, vec!["keep", "old", "new"]), (T::Lds, vec!["*"])]
+        {
+            let mut request = delta(&names_, &[], "");
+            request.initial_resource_versions =
+                state.0.get(&t).map(|(r, _)| r.clone()).unwrap_or_default();
+            h2.request(t, request);
+        }
+        let _ = delta_drive(&mut h2, &mut client);
+        assert_eq!(
+            client.resources(),
+            Held::of_world(&h.world, &ts),
+            "reconnected holding {state:?}"
+        );
+    }
+}

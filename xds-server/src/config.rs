@@ -104,6 +104,15 @@ pub struct ServerConfig {
     /// stops reading or never acknowledges its first responses then goes on ungated, so it can
     /// slow the others by this much at most.
     pub join_timeout: Duration,
+    /// Rule C4: responses carry `resource_errors` (default: on). A subscribed name that does not
+    /// exist is answered `NOT_FOUND` there (on delta beside rule D6's bodiless resource), a name
+    /// the policy refuses `PERMISSION_DENIED`, a malformed one `INVALID_ARGUMENT`, and a cache's
+    /// own errors go with them. TP3 has the server send the field to every client: one that
+    /// does not know it skips it as an unknown field, and gRPC (A88) reads it whenever present.
+    /// Turn it off only for a client known to break on the field; none is known (Envoy and
+    /// grpcio 1.85 ignore it). Off, a missing name gets rule D6 (delta) or silence (SotW), and a
+    /// refused name no answer.
+    pub resource_errors: bool,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +126,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(5),
             join_permits: std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
             join_timeout: Duration::from_secs(5),
+            resource_errors: true,
         }
     }
 }

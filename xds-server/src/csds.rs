@@ -306,7 +306,8 @@ fn type_configs(type_url: &str, ts: &TypeStatus, delta: bool) -> Vec<GenericXdsC
         Progress::Synced => ConfigStatus::Synced,
         Progress::Nacked(_) => ConfigStatus::Error,
     };
-    let mut names: Vec<&String> = ts.names.iter().chain(ts.resources.keys()).collect();
+    let mut names: Vec<&String> =
+        ts.names.iter().chain(ts.resources.keys()).chain(ts.errors.keys()).collect();
     names.sort();
     names.dedup();
     names
@@ -328,19 +329,43 @@ fn type_configs(type_url: &str, ts: &TypeStatus, delta: bool) -> Vec<GenericXdsC
                     (config_status, client_status, version)
                 }
             };
+            let mut error_state =
+                (config_status == ConfigStatus::Error).then(|| error_state.clone()).flatten();
+            let mut client_status = client_status;
+            // Rule C4: the server told the client why it does not send this resource.
+            if let Some(error) = ts.errors.get(name) {
+                client_status = ClientResourceStatus::ReceivedError;
+                error_state.get_or_insert_with(|| UpdateFailureState {
+                    details: format!("{}: {}", code_name(error.code), error.message),
+                    version_info: ts.sent_version.clone().unwrap_or_default(),
+                    ..Default::default()
+                });
+            }
             GenericXdsConfig {
                 type_url: type_url.to_owned(),
                 name: name.clone(),
                 version_info: version.unwrap_or_default().to_owned(),
                 config_status: config_status as i32,
                 client_status: client_status as i32,
-                error_state: (config_status == ConfigStatus::Error)
-                    .then(|| error_state.clone())
-                    .flatten(),
+                error_state,
                 ..Default::default()
             }
         })
         .collect()
+}
+
+/// The name of a `google.rpc.Code` a per-resource error carries.
+fn code_name(code: i32) -> std::borrow::Cow<'static, str> {
+    use xds_core::code;
+    match code {
+        code::INVALID_ARGUMENT => "INVALID_ARGUMENT".into(),
+        code::NOT_FOUND => "NOT_FOUND".into(),
+        code::PERMISSION_DENIED => "PERMISSION_DENIED".into(),
+        code::UNKNOWN => "UNKNOWN".into(),
+        code::INTERNAL => "INTERNAL".into(),
+        code::UNAVAILABLE => "UNAVAILABLE".into(),
+        other => format!("code {other}").into(),
+    }
 }
 
 fn timestamp(ms: u64) -> Timestamp {
@@ -524,6 +549,47 @@ mod tests {
         assert_eq!(err.last_update_attempt, Some(Timestamp { seconds: 1, nanos: 500_000_000 }));
         assert!(c.generic_xds_configs[0].error_state.is_none());
         assert_eq!(c.generic_xds_configs[0].type_url, ResourceType::Cluster.type_url());
+    }
+
+    /// Rule C4: a name the client was sent an error for reads `RECEIVED_ERROR`, with the error
+    /// in `error_state`; a collection's error (`*`) is not a resource and gets no entry.
+    #[test]
+    fn c04_a_resource_error_sent_shows_as_received_error() {
+        use crate::status::ResourceErrorStatus;
+        let error = |code, message: &str| ResourceErrorStatus { code, message: message.into() };
+        let ts = TypeStatus {
+            wildcard: true,
+            names: vec!["*".into(), "gone".into()],
+            sent_version: Some("v2".into()),
+            sent_nonce: Some("1".into()),
+            acked_version: Some("v2".into()),
+            resources: held(&[("a", Some("ra")), ("gone", None)]),
+            errors: [
+                ("*".to_owned(), error(14, "inventory unreachable")),
+                ("gone".to_owned(), error(5, "resource does not exist")),
+                ("private".to_owned(), error(7, "not for n1")),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let r = build_response(vec![stream(1, "n1", vec![(ResourceType::Cluster, ts)])], &all());
+        let c = &r.config[0];
+        let received = ClientResourceStatus::ReceivedError as i32;
+        let got: Vec<(String, i32)> =
+            c.generic_xds_configs.iter().map(|g| (g.name.clone(), g.client_status)).collect();
+        assert_eq!(
+            got,
+            [
+                ("a".into(), ClientResourceStatus::Acked as i32),
+                ("gone".into(), received),
+                ("private".into(), received)
+            ]
+        );
+        let details =
+            |i: usize| c.generic_xds_configs[i].error_state.as_ref().unwrap().details.clone();
+        assert_eq!(details(1), "NOT_FOUND: resource does not exist");
+        assert_eq!(details(2), "PERMISSION_DENIED: not for n1");
+        assert!(c.generic_xds_configs[0].error_state.is_none());
     }
 
     #[test]

@@ -79,7 +79,6 @@ mod files;
 pub mod hds;
 pub mod lrs;
 mod metrics;
-mod naming;
 mod reporter;
 mod requests;
 mod rest;
@@ -95,7 +94,9 @@ pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
-pub use status::{MAX_NACK_TEXT, NackStatus, StatusRegistry, StreamStatus, TypeStatus};
+pub use status::{
+    MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamStatus, TypeStatus,
+};
 pub use wire::{DeltaWire, EncodedSet, SotwWire};
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).

@@ -32,6 +32,20 @@ pub struct TypeStatus {
     /// stream that holds the same resources (see `xds_core::View::resource_set`): what this
     /// client costs the server per resource.
     pub held_exceptions: usize,
+    /// Rule C4: the per-resource errors the client was sent (`resource_errors`) that still
+    /// stand, by name: `NOT_FOUND` for a subscribed name that does not exist, `PERMISSION_DENIED`
+    /// for one the policy refused, a cache's own errors (`*` or a glob names a collection's).
+    /// An entry goes when the resource comes or the name is unsubscribed.
+    pub errors: BTreeMap<String, ResourceErrorStatus>,
+}
+
+/// A per-resource error sent to a client (rule C4).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ResourceErrorStatus {
+    /// The `google.rpc.Code`.
+    pub code: i32,
+    /// The message, at most [`MAX_NACK_TEXT`] bytes.
+    pub message: String,
 }
 
 /// A rejected response.

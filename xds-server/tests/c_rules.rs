@@ -6,7 +6,6 @@ mod util;
 use std::collections::HashMap;
 
 use xds_cache::{LinearCache, SnapshotCache};
-use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
@@ -17,7 +16,6 @@ use util::*;
 
 const CLUSTER_TYPE: &str = "envoy.config.cluster.v3.Cluster";
 const CLA_TYPE: &str = "envoy.config.endpoint.v3.ClusterLoadAssignment";
-const FEATURE: &str = "xds.config.supports-resource-errors";
 
 fn xc(rest: &str) -> String {
     format!("xdstp://auth.example/{CLUSTER_TYPE}/{rest}")
@@ -25,24 +23,6 @@ fn xc(rest: &str) -> String {
 
 fn xe(rest: &str) -> String {
     format!("xdstp://auth.example/{CLA_TYPE}/{rest}")
-}
-
-fn node_with(id: &str, features: &[&str]) -> Node {
-    Node { id: id.into(), client_features: names(features), ..Default::default() }
-}
-
-async fn delta_ads(t: &TestServer, node: Node) -> Delta {
-    let mut client = t.ads().await;
-    Delta::open(Some(node), |r| async move { client.delta_aggregated_resources(r).await })
-        .await
-        .expect("open delta ADS")
-}
-
-async fn sotw_ads(t: &TestServer, node: Node) -> Sotw {
-    let mut client = t.ads().await;
-    Sotw::open(Some(node), |r| async move { client.stream_aggregated_resources(r).await })
-        .await
-        .expect("open ADS")
 }
 
 fn delta_errors(r: &DeltaDiscoveryResponse) -> Vec<(String, i32)> {
@@ -138,50 +118,109 @@ async fn c01_an_xdstp_name_of_another_type_is_refused_per_resource() {
     sotw.expect_quiet().await;
 }
 
+/// Rule C4: a SotW and a delta client with no client features are told `NOT_FOUND` for a
+/// missing name and `PERMISSION_DENIED` for a refused one, with their other resources intact;
+/// on delta the missing name keeps rule D6's bodiless resource beside the error. Once each,
+/// and the error is over when the resource comes.
 #[tokio::test]
-async fn c04_not_found_for_clients_that_declare_resource_errors() {
-    let cache = SnapshotCache::new(|_| "g".to_owned());
-    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 1)]);
-    let t = serve(cache.clone()).await;
+async fn c04_not_found_and_permission_denied_without_any_client_feature() {
+    let cache = SnapshotCache::by_node_id();
+    let all = snapshot![cluster("a", "1"), cluster("private-b", "1"), cla("a", 1)];
+    cache.set_snapshot("n1", all);
+    let t = start(XdsServer::builder(cache.clone()).authorizer(NoPrivate).build()).await;
 
-    // Without the feature: rule D6 as before.
-    let mut old = Delta::ads(&t, "old").await;
-    old.subscribe(EDS, &["a", "missing"], &[]).await;
-    let r = old.recv_type(EDS).await;
-    assert_eq!(delta_absent(&r), ["missing"]);
-    assert!(r.resource_errors.is_empty());
-
-    // With it: NOT_FOUND in resource_errors, no bodiless resource; once; cleared on arrival.
-    let mut new = delta_ads(&t, node_with("new", &[FEATURE])).await;
-    new.subscribe(EDS, &["a", "missing"], &[]).await;
-    let r = new.recv_type(EDS).await;
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(EDS, &["a", "missing", "private-b"], &[]).await;
+    let r = delta.recv_type(EDS).await;
     assert_eq!(delta_names(&r), ["a"]);
-    assert!(delta_absent(&r).is_empty());
-    assert_eq!(delta_errors(&r), [("missing".to_owned(), code::NOT_FOUND)]);
-    new.ack(&r).await;
-    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 2)]);
-    let r = new.recv_type(EDS).await;
+    assert_eq!(delta_absent(&r), ["missing"], "rule D6 still answers it");
+    let mut got = delta_errors(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("missing".to_owned(), code::NOT_FOUND),
+            ("private-b".to_owned(), code::PERMISSION_DENIED)
+        ]
+    );
+    delta.ack(&r).await;
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cluster("private-b", "1"), cla("a", 2)]);
+    let r = delta.recv_type(EDS).await;
     assert!(r.resource_errors.is_empty(), "sent once");
-    new.ack(&r).await;
-    cache.set_snapshot("g", snapshot![cluster("a", "1"), cla("a", 2), cla("missing", 3)]);
-    let r = new.recv_type(EDS).await;
+    delta.ack(&r).await;
+    cache.set_snapshot(
+        "n1",
+        snapshot![cluster("a", "1"), cluster("private-b", "1"), cla("a", 2), cla("missing", 3)],
+    );
+    let r = delta.recv_type(EDS).await;
     assert_eq!(delta_names(&r), ["missing"]);
     assert!(r.resource_errors.is_empty());
 
-    // SotW: silence without the feature, NOT_FOUND with it; LDS/CDS full state still carries
-    // every other resource.
-    let mut quiet = Sotw::ads(&t, "old-sotw").await;
-    quiet.subscribe(CDS, &["a", "nope"], None).await;
-    let r = quiet.recv_type(CDS).await;
+    // SotW: full-state CDS still carries every other resource.
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &["a", "nope", "private-b"], None).await;
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["a"]);
+    let mut got = sotw_errors(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        [("nope".to_owned(), code::NOT_FOUND), ("private-b".to_owned(), code::PERMISSION_DENIED)]
+    );
+    sotw.ack(&r).await;
+    sotw.expect_quiet().await;
+
+    // The status and CSDS show what the client was told, until the resource comes.
+    let cds_type = CDS.type_url();
+    let streams = t.server.status().node("n1");
+    let sotw_status = streams.iter().find(|s| s.variant == "sotw").expect("the SotW stream");
+    let errors = &sotw_status.types[cds_type].errors;
+    assert_eq!(errors.keys().collect::<Vec<_>>(), ["nope", "private-b"]);
+    assert_eq!(errors["nope"].code, code::NOT_FOUND);
+    assert!(errors["private-b"].message.contains("not for n1"));
+    let csds = t
+        .server
+        .client_status(&xds_proto::pb::envoy::service::status::v3::ClientStatusRequest::default())
+        .expect("csds");
+    let entry = |type_url: &str, name: &str| {
+        csds.config
+            .iter()
+            .flat_map(|c| &c.generic_xds_configs)
+            .find(|g| g.type_url == type_url && g.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {csds:?}"))
+            .clone()
+    };
+    let received_error =
+        xds_proto::pb::envoy::admin::v3::ClientResourceStatus::ReceivedError as i32;
+    for name in ["nope", "private-b"] {
+        let g = entry(cds_type, name);
+        assert_eq!(g.client_status, received_error, "{name}");
+        let details = g.error_state.expect("error_state").details;
+        let want = if name == "nope" { "NOT_FOUND" } else { "PERMISSION_DENIED" };
+        assert!(details.starts_with(want), "{details}");
+    }
+    // The delta client got `missing` since: no error stands for it.
+    let g = entry(EDS.type_url(), "missing");
+    assert_ne!(g.client_status, received_error);
+}
+
+/// Rule C4: `ServerConfig::resource_errors` off sends none, as a server without TP3 would.
+#[tokio::test]
+async fn c04_the_server_opt_out_sends_no_resource_errors() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 1)]);
+    let config = ServerConfig { resource_errors: false, ..Default::default() };
+    let t = start(XdsServer::builder(cache.clone()).config(config).build()).await;
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(EDS, &["a", "missing"], &[]).await;
+    let r = delta.recv_type(EDS).await;
+    assert_eq!(delta_absent(&r), ["missing"]);
+    assert!(r.resource_errors.is_empty());
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &["a", "nope"], None).await;
+    let r = sotw.recv_type(CDS).await;
     assert_eq!(sotw_names(&r), ["a"]);
     assert!(r.resource_errors.is_empty());
-    let mut told = sotw_ads(&t, node_with("new-sotw", &[FEATURE])).await;
-    told.subscribe(CDS, &["a", "nope"], None).await;
-    let r = told.recv_type(CDS).await;
-    assert_eq!(sotw_names(&r), ["a"]);
-    assert_eq!(sotw_errors(&r), [("nope".to_owned(), code::NOT_FOUND)]);
-    told.ack(&r).await;
-    told.expect_quiet().await;
 }
 
 #[tokio::test]

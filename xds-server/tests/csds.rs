@@ -155,9 +155,10 @@ async fn csds_reports_acked_and_nacked_types() {
     assert_eq!(error.version_info, eds.version_info, "the rejected version");
     assert!(error.last_update_attempt.is_some());
 
-    // Requested, answered, and found not to exist (rules S9, S13).
+    // Requested, answered, and found not to exist (rules S9, S13): the client was told so with
+    // NOT_FOUND in resource_errors (rule C4), which CSDS shows as a received error.
     let missing = find(&status, ResourceType::ClusterLoadAssignment, "not-yet").unwrap();
-    assert_eq!(missing.client_status, ClientResourceStatus::DoesNotExist as i32);
+    assert_eq!(missing.client_status, ClientResourceStatus::ReceivedError as i32);
 
     // Node matchers select nodes.
     let some =

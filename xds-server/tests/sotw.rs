@@ -296,6 +296,49 @@ async fn o1_make_before_break_on_sotw_ads() {
     ads.expect_quiet().await;
 }
 
+/// Rules S15, S16, O1 on the wire: the interim CDS answer of a make-before-break update (A kept
+/// beside B) has a version of its own, so a client that got it and reconnects with that version
+/// is sent the clusters again and drops A; one that got the final answer is sent nothing.
+#[tokio::test]
+async fn s15_s16_o1_a_reconnect_with_the_interim_cds_version_drops_the_removed_cluster() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", o1_v1());
+    let t = serve(cache.clone()).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.subscribe(CDS, &[], None).await;
+    let cds = ads.recv_type(CDS).await;
+    ads.ack(&cds).await;
+    ads.subscribe(RDS, &["R"], None).await;
+    let rds = ads.recv_type(RDS).await;
+    ads.ack(&rds).await;
+    ads.expect_quiet().await;
+
+    cache.set_snapshot("n1", o1_v2());
+    let interim = ads.recv_type(CDS).await;
+    assert_eq!(sotw_names(&interim), ["A", "B"]);
+    ads.ack(&interim).await;
+    let rds = ads.recv_type(RDS).await;
+    ads.ack(&rds).await;
+    let last = ads.recv_type(CDS).await;
+    assert_eq!(sotw_names(&last), ["B"]);
+    ads.ack(&last).await;
+    assert_ne!(interim.version_info, last.version_info, "rule S16: two states, two versions");
+
+    let reconnect = |version: &str| DiscoveryRequest {
+        type_url: url(CDS),
+        version_info: version.to_owned(),
+        ..Default::default()
+    };
+    let mut again = Sotw::ads(&t, "n1").await;
+    again.send(reconnect(&interim.version_info)).await;
+    let r = again.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r), ["B"], "A is gone for the client too");
+    assert_eq!(r.version_info, last.version_info);
+    let mut resumed = Sotw::ads(&t, "n1").await;
+    resumed.send(reconnect(&last.version_info)).await;
+    resumed.expect_quiet().await;
+}
+
 // rule O2
 #[tokio::test]
 async fn o2_eds_answered_while_clusters_warm() {

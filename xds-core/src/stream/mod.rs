@@ -226,7 +226,7 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
     /// call keeps it to what one call produced (a few per request, one per response).
     events: VecDeque<Event<K>>,
-    /// Rule C4: the client reads `resource_errors` (it said so in its node's client features).
+    /// Rule C4: responses carry `resource_errors` (the default; a server's opt-out turns it off).
     resource_errors: bool,
 }
 
@@ -272,13 +272,15 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             nonces: Nonces::new(),
             ready: VecDeque::new(),
             events: VecDeque::new(),
-            resource_errors: false,
+            resource_errors: true,
         }
     }
 
-    /// Rule C4: whether the client reads `resource_errors` (the caller reads it from the node's
-    /// client features). Sub-streams opened after this call answer a subscribed name that does not
-    /// exist with `NOT_FOUND` there; call it with the first request, before
+    /// Rule C4: whether responses carry `resource_errors` (`NOT_FOUND` for a subscribed name
+    /// that does not exist, `PERMISSION_DENIED` and `INVALID_ARGUMENT` for refused names, the
+    /// caches' own errors). On by default: TP3 has the server send them whatever the client, as
+    /// clients that do not know the field skip it. Turn it off only for a client known to break
+    /// on it. Applies to sub-streams opened after the call: call it before the first
     /// [`handle_request`](Self::handle_request).
     pub fn set_resource_errors(&mut self, on: bool) {
         self.resource_errors = on;

@@ -402,8 +402,8 @@ impl<P: Protocol> Driver<P> {
             self.shared.metrics.refused("callback");
             return Err(Status::permission_denied(refusal.0));
         }
-        // Rule C4: a client that reads resource_errors is told why a name is not served.
-        lock(&self.core.0).set_resource_errors(crate::naming::reads_resource_errors(&node));
+        // Rule C4: every client is told why a name is not served, unless the server opted out.
+        lock(&self.core.0).set_resource_errors(self.shared.config.resource_errors);
         let mut status = lock(&self.status);
         status.node_id = node.id.clone();
         status.node_cluster = node.cluster.clone();

@@ -216,4 +216,12 @@ pub(crate) fn fill_status<P: xds_core::Protocol>(
     }
     status.resources = sub.held().map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
     status.held_exceptions = sub.held_exceptions();
+    status.errors = sub
+        .resource_errors()
+        .into_iter()
+        .map(|e| {
+            let message = crate::status::bounded_owned(&e.error.message);
+            (e.name, crate::status::ResourceErrorStatus { code: e.error.code, message })
+        })
+        .collect();
 }
