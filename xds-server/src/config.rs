@@ -93,16 +93,18 @@ pub struct ServerConfig {
     /// How long [`XdsServer::drain`](crate::XdsServer::drain) waits for streams to end after
     /// shutdown before it returns (default 5 s).
     pub shutdown_grace: Duration,
-    /// The join gate: how many streams may be joining (computing and sending their first
-    /// responses) at once; the others wait in arrival order (0: no gate). In a storm, when every
-    /// client reconnects at once, served round-robin every joiner finishes last; served a few at
-    /// a time, the first to arrive are done first and the median client holds its configuration
-    /// in a fraction of the storm. Default: twice the cores. Streams that hold their
-    /// configuration (updates) never wait on the gate.
+    /// The join gate: how many joining streams the server computes and writes responses for at
+    /// once; the others wait, streams partway through their join first, then new ones in
+    /// arrival order (0: no gate). In a storm, when every client reconnects at once, served
+    /// round-robin every joiner finishes last; served a few at a time, the first to arrive are
+    /// done first and the median client holds its configuration in a fraction of the storm.
+    /// A permit covers the server's work, not the client's answer: it is given back once the
+    /// stream's responses were taken by the transport, so a client that never acknowledges
+    /// holds nobody up. Default: twice the cores. Streams that hold their configuration
+    /// (updates) never wait on the gate.
     pub join_permits: usize,
-    /// The longest a joining stream holds its place in the gate (default 5 s); a client that
-    /// stops reading or never acknowledges its first responses then goes on ungated, so it can
-    /// slow the others by this much at most.
+    /// The longest a stream holds a permit (default 5 s): a client that stops reading blocks
+    /// its write, and after this the stream goes on ungated.
     pub join_timeout: Duration,
     /// Rule C4: responses carry `resource_errors` (default: on). A subscribed name that does not
     /// exist is answered `NOT_FOUND` there (on delta beside rule D6's bodiless resource), a name
@@ -113,6 +115,11 @@ pub struct ServerConfig {
     /// grpcio 1.85 ignore it). Off, a missing name gets rule D6 (delta) or silence (SotW), and a
     /// refused name no answer.
     pub resource_errors: bool,
+    /// The longest a stream waits for a permit (default 10 s); it then goes on ungated (counted
+    /// in `xds_join_gate_passed_total`). Whatever other streams do, no client waits longer than
+    /// this for its turn. Keep it above the time the largest storm takes to serve: past it, the
+    /// rest of a storm is served all at once, round-robin.
+    pub join_max_wait: Duration,
 }
 
 impl Default for ServerConfig {
@@ -127,6 +134,7 @@ impl Default for ServerConfig {
             join_permits: std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
             join_timeout: Duration::from_secs(5),
             resource_errors: true,
+            join_max_wait: Duration::from_secs(10),
         }
     }
 }

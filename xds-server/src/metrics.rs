@@ -40,6 +40,8 @@ pub struct Metrics {
     /// series (conventions 18).
     per_type: Mutex<BTreeMap<&'static str, BTreeMap<&'static str, PerType>>>,
     refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// Streams that waited for a join permit for `join_max_wait` and went on ungated.
+    join_gate_passed: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -96,6 +98,10 @@ impl Metrics {
 
     pub(crate) fn refused(&self, reason: &'static str) {
         *lock(&self.refused).entry(reason).or_default() += 1;
+    }
+
+    pub(crate) fn join_gate_passed(&self) {
+        self.join_gate_passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The counters in Prometheus text exposition format.
@@ -162,6 +168,13 @@ impl Metrics {
         for (reason, n) in lock(&self.refused).iter() {
             let _ = writeln!(out, "xds_refused_total{{reason=\"{reason}\"}} {n}");
         }
+        let _ = writeln!(
+            out,
+            "# HELP xds_join_gate_passed_total Streams that waited for a join permit for \
+             join_max_wait and went on ungated.\n# TYPE xds_join_gate_passed_total counter\n\
+             xds_join_gate_passed_total {}",
+            self.join_gate_passed.load(std::sync::atomic::Ordering::Relaxed)
+        );
         out
     }
 }

@@ -43,7 +43,7 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU64,
     pub(crate) open: AtomicUsize,
     /// The join gate (`ServerConfig::join_permits`); `None` when off.
-    pub(crate) join_gate: Option<Arc<tokio::sync::Semaphore>>,
+    pub(crate) join_gate: Option<Arc<crate::stream::Permits>>,
     /// Configured custom types' (type URL, metric label): leaked once at build, a bounded set.
     pub(crate) custom_labels: Vec<(String, &'static str)>,
     pub(crate) lrs: LoadReportingServer,
@@ -245,8 +245,8 @@ impl XdsServerBuilder {
         };
         let lrs = self.lrs.attach(hooks.clone());
         let hds = self.hds.map(|h| h.attach(hooks));
-        let permits = self.config.join_permits.min(tokio::sync::Semaphore::MAX_PERMITS);
-        let join_gate = (permits > 0).then(|| Arc::new(tokio::sync::Semaphore::new(permits)));
+        let permits = self.config.join_permits;
+        let join_gate = (permits > 0).then(|| Arc::new(crate::stream::Permits::new(permits)));
         XdsServer {
             shared: Arc::new(Shared {
                 cache: self.cache,

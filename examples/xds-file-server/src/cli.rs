@@ -123,6 +123,10 @@ pub struct Args {
     /// Seconds a joining stream may keep its turn (a client that stops reading gives it up then).
     #[arg(long, default_value_t = 5)]
     pub join_timeout_s: u64,
+    /// Seconds a stream may wait for its turn to join; then it is served ungated, whatever other
+    /// streams do. Keep it above the time the largest reconnection storm takes.
+    #[arg(long, default_value_t = 10)]
+    pub join_max_wait_s: u64,
     /// `control_plane.identifier` on every response, so a proxy's config dump shows which
     /// replica answered (rule C5). Default: this host's name and the gRPC port (`host:18000`).
     #[arg(long)]
@@ -222,7 +226,7 @@ mod tests {
     #[test]
     fn join_gate_flags_default_to_the_librarys_gate_and_can_turn_it_off() {
         let args = Args::try_parse_from(["xds-file-server"]).expect("defaults parse");
-        assert_eq!((args.join_permits, args.join_timeout_s), (None, 5));
+        assert_eq!((args.join_permits, args.join_timeout_s, args.join_max_wait_s), (None, 5, 10));
         let args = Args::try_parse_from(["xds-file-server", "--join-permits", "0"])
             .expect("a gate of 0 parses");
         assert_eq!(args.join_permits, Some(0));

@@ -114,6 +114,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         limits,
         join_permits: args.join_permits.unwrap_or(defaults.join_permits),
         join_timeout: Duration::from_secs(args.join_timeout_s),
+        join_max_wait: Duration::from_secs(args.join_max_wait_s),
         ..defaults
     });
     if args.verify_node_id {

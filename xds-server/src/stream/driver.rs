@@ -7,16 +7,16 @@
 //! reading stops its own loop, and when it reads again it gets the newest state (the cache queues
 //! nothing for it).
 //!
-//! The join gate ([`Gate`]): a stream's first request waits for a permit of the server-wide
-//! semaphore (`ServerConfig::join_permits`, FIFO: arrival order) before the stream computes
-//! anything, and the stream keeps the permit until it is synced: every response it was sent has
-//! been acknowledged (ACK or NACK) and nothing is waiting to be written. An ACK comes only after
-//! the client read the whole response, and a client asks for what a response names (the
-//! endpoints of new clusters) before it acknowledges it, as Envoy does, so the permit covers the
-//! whole chain of a join (CDS, then EDS of every cluster). A permit is freed after
-//! `ServerConfig::join_timeout` whatever the stream does (a task of its own keeps it, since a
-//! stream blocked on flow control is not polled), and the stream then goes on ungated. A synced
-//! stream never waits on the gate again: updates are not queued behind joiners.
+//! The join gate: a stream's first request waits for a permit of the server-wide gate
+//! (`ServerConfig::join_permits`) before the stream computes anything, and a joining stream
+//! holds a permit while its responses with resources are computed and written, giving it back
+//! as soon as the transport took them. What the stream does meanwhile (resumes, joins, waits on
+//! its client, is synced) and which lane it waits in are decided in `gate.rs`, which says why a
+//! permit covers the server's work and not the client's ACK; this loop only awaits the permit
+//! and hands it to a task of its own while it is held (a stream blocked on flow control is not
+//! polled), which frees it after `ServerConfig::join_timeout` whatever the stream does. A
+//! stream waits for a permit for at most `ServerConfig::join_max_wait`, then goes on ungated.
+//! A synced stream never waits on the gate again: updates are not queued behind joiners.
 //!
 //! A stream that *resumes* (its first request says what the client holds: delta
 //! `initial_resource_versions`, a SotW `version_info`) is taken in at once, and waits for a permit
@@ -26,11 +26,11 @@
 //! a replica died). When the configuration changed meanwhile, it queues like any joiner.
 //!
 //! A joiner that was owed nothing with resources (its group has no configuration yet: a
-//! restarted control plane still loading it, with every proxy already reconnected) gives its
-//! permit back and waits for one again before its first response with resources: when the
-//! configuration arrives, those streams join through the gate rather than all at once.
+//! restarted control plane still loading it, with every proxy already reconnected) waits for a
+//! permit again before its first response with resources: when the configuration arrives, those
+//! streams join through the gate rather than all at once.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -49,6 +49,7 @@ use xds_core::{self as proto, View};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
+use super::gate::{Join, Lane};
 use super::protocol::{CoreStream, Protocol, fill_status};
 use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
@@ -109,33 +110,11 @@ struct Driver<P: Protocol> {
     outbox: VecDeque<(P::Wire, bool)>,
     status: Arc<Mutex<StreamStatus>>,
     done: bool,
-    gate: Gate,
-}
-
-/// Where a stream is with respect to the join gate (see the module's documentation).
-enum Gate {
-    /// No request yet: the first one waits for a permit, unless it resumes.
-    Fresh,
-    /// No permit, and none until a response with resources is to be written: the stream resumed
-    /// (its first request declared what the client holds), or it joined and was owed nothing
-    /// with resources (its group had no configuration yet, say: when one comes, that is its join).
-    Waiting {
-        /// The types with a response sent and not yet acknowledged.
-        unacked: BTreeSet<TypeUrl>,
-        /// It resumed: once everything sent is acknowledged it is synced.
-        resumed: bool,
-    },
-    /// Joining, with a permit kept by a task of its own: dropping `release` frees it (the task
-    /// also frees it after `join_timeout`).
-    Joining {
-        _release: oneshot::Sender<()>,
-        /// The types with a response sent and not yet acknowledged.
-        unacked: BTreeSet<TypeUrl>,
-        /// A response with resources was written under this permit.
-        served: bool,
-    },
-    /// Synced, or the gate is off: never gated again.
-    Open,
+    /// Its place in the join gate.
+    join: Join<TypeUrl>,
+    /// Frees the permit it holds, if any, when dropped (the permit's keeper also frees it after
+    /// `join_timeout`).
+    permit: Option<oneshot::Sender<()>>,
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -183,7 +162,8 @@ pub(crate) fn open<P: Protocol>(
         outbox: VecDeque::new(),
         status,
         done: false,
-        gate: if shared.join_gate.is_some() { Gate::Fresh } else { Gate::Open },
+        join: Join::new(shared.join_gate.is_some(), shared.config.join_max_wait),
+        permit: None,
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
@@ -218,33 +198,24 @@ impl<P: Protocol> Driver<P> {
     async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
         loop {
             if let Some(&(_, resources)) = self.outbox.front() {
-                if resources && matches!(self.gate, Gate::Waiting { .. }) && !self.join().await {
+                if let Some(lane) = self.join.before_write(resources)
+                    && !self.wait_for_permit(lane).await
+                {
                     self.done = true;
                     return Some(Err(Status::unavailable(
                         "the server is shutting down: reconnect",
                     )));
                 }
-                if let Gate::Joining { served, .. } = &mut self.gate {
-                    *served |= resources;
-                }
+                self.join.wrote(resources);
                 return self.outbox.pop_front().map(|(wire, _)| Ok(wire));
             }
             if self.done {
                 return None;
             }
-            // Everything owed was handed to the body; synced once all of it is acknowledged.
-            self.gate = match std::mem::replace(&mut self.gate, Gate::Open) {
-                Gate::Joining { unacked, served: false, .. } if unacked.is_empty() => {
-                    Gate::Waiting { unacked, resumed: false }
-                }
-                Gate::Joining { unacked, served: true, .. }
-                | Gate::Waiting { unacked, resumed: true }
-                    if unacked.is_empty() =>
-                {
-                    Gate::Open
-                }
-                gate => gate,
-            };
+            // Everything owed was taken by the transport (this is polled again).
+            if self.join.drained() {
+                self.permit = None;
+            }
             let timeout = lock(&self.core.0).poll_timeout();
             tokio::select! {
                 biased;
@@ -254,13 +225,11 @@ impl<P: Protocol> Driver<P> {
                 }
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => {
-                        if matches!(self.gate, Gate::Fresh) {
-                            if P::resumes(&request) {
-                                self.gate = Gate::Waiting { unacked: BTreeSet::new(), resumed: true };
-                            } else if !self.join().await {
-                                self.done = true;
-                                return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
-                            }
+                        if let Some(lane) = self.join.first_request(P::resumes(&request))
+                            && !self.wait_for_permit(lane).await
+                        {
+                            self.done = true;
+                            return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
                         }
                         if let Err(status) = self.on_request(request) {
                             self.done = true;
@@ -288,36 +257,35 @@ impl<P: Protocol> Driver<P> {
         }
     }
 
-    /// Waits for a permit of the join gate, in arrival order; false if the server shuts down
-    /// meanwhile. The permit goes to a task that frees it when the stream is synced (drops
-    /// `release`), ends, or has held it for `join_timeout`. A resuming stream keeps the
-    /// responses it has outstanding.
-    async fn join(&mut self) -> bool {
+    /// Waits for a permit of the join gate in `lane`, at most until the gate's deadline (then
+    /// the stream goes on ungated); false if the server shuts down meanwhile. The permit goes to
+    /// a task that frees it when the stream gives it back (drops `permit`), ends, or has held it
+    /// for `join_timeout`.
+    async fn wait_for_permit(&mut self, lane: Lane) -> bool {
         let Some(gate) = self.shared.join_gate.clone() else {
-            self.gate = Gate::Open;
+            self.join.open();
             return true;
         };
+        let deadline = self.join.wait_deadline(Instant::now());
         let permit = tokio::select! {
             biased;
             _ = self.shared.shutdown.cancelled() => return false,
-            permit = gate.acquire_owned() => permit,
+            permit = gate.acquire(lane) => permit,
+            _ = sleep_until(deadline.into()) => {
+                self.join.waited_too_long();
+                self.shared.metrics.join_gate_passed();
+                tracing::debug!(stream = self.info.id, "waited for a join permit too long: ungated");
+                return true;
+            }
         };
-        // The semaphore is never closed; were it, the stream would simply go on ungated.
-        let Ok(permit) = permit else {
-            self.gate = Gate::Open;
-            return true;
-        };
+        self.join.granted();
         let (release, released) = oneshot::channel::<()>();
         let hold = self.shared.config.join_timeout;
         tokio::spawn(async move {
             let _permit = permit;
             let _ = tokio::time::timeout(hold, released).await;
         });
-        let unacked = match std::mem::replace(&mut self.gate, Gate::Open) {
-            Gate::Waiting { unacked, .. } => unacked,
-            _ => BTreeSet::new(),
-        };
-        self.gate = Gate::Joining { _release: release, unacked, served: false };
+        self.permit = Some(release);
         true
     }
 
@@ -449,17 +417,13 @@ impl<P: Protocol> Driver<P> {
         if events.is_empty() {
             return;
         }
-        if let Gate::Joining { unacked, .. } | Gate::Waiting { unacked, .. } = &mut self.gate {
-            for event in &events {
-                match event {
-                    proto::Event::Sent { type_key, .. } => {
-                        unacked.insert(type_key.clone());
-                    }
-                    proto::Event::Ack { type_key, .. } | proto::Event::Nack { type_key, .. } => {
-                        unacked.remove(type_key);
-                    }
-                    _ => {}
+        for event in &events {
+            match event {
+                proto::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),
+                proto::Event::Ack { type_key, .. } | proto::Event::Nack { type_key, .. } => {
+                    self.join.answered(type_key);
                 }
+                _ => {}
             }
         }
         record(&self.shared, P::LABEL, &self.status, &events);

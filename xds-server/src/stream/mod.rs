@@ -2,9 +2,12 @@
 //! core's [`xds_core::Stream`].
 
 mod driver;
+mod gate;
+mod permits;
 mod protocol;
 mod report;
 
 pub(crate) use driver::ResponseStream;
 pub(crate) use driver::open;
+pub(crate) use permits::Permits;
 pub(crate) use protocol::{Delta, Protocol, Sotw};
