@@ -39,7 +39,7 @@ fn main() {
     let lrs = LoadReportingServer::new();
     let node = Node { id: "node-0".into(), ..Default::default() };
     let reporter = lrs.reporter(&node).expect("room for a reporter");
-    reporter.report(&stats);
+    reporter.report(&stats).expect("within the budget");
     c.bench_function("lrs_ingest_report_10_clusters_x_3_localities", |b| {
         b.iter(|| reporter.report(std::hint::black_box(&stats)))
     });
@@ -48,13 +48,13 @@ fn main() {
         .map(|i| {
             let node = Node { id: format!("node-{i}"), ..Default::default() };
             let r = lrs.reporter(&node).expect("room for a reporter");
-            r.report(&stats);
+            r.report(&stats).expect("within the budget");
             r
         })
         .collect();
     c.bench_function("lrs_ingest_then_snapshot_100_clients", |b| {
         b.iter(|| {
-            reporter.report(&stats);
+            reporter.report(&stats).expect("within the budget");
             lrs.snapshot().clusters.len()
         })
     });

@@ -15,7 +15,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::Stream;
 use tokio::sync::watch;
@@ -122,10 +122,12 @@ pub(crate) enum Reason {
     BadInterval,
     TooManyEndpoints,
     UnknownEndpoint,
+    OverBudget,
+    RateLimited,
 }
 
 impl Reason {
-    pub(crate) const ALL: [Reason; 12] = [
+    pub(crate) const ALL: [Reason; 14] = [
         Reason::NoNode,
         Reason::Refused,
         Reason::TooManyStreams,
@@ -138,15 +140,19 @@ impl Reason {
         Reason::BadInterval,
         Reason::TooManyEndpoints,
         Reason::UnknownEndpoint,
+        Reason::OverBudget,
+        Reason::RateLimited,
     ];
 
     /// The reasons that concern a stream rather than its content: both services count them.
-    pub(crate) const STREAM: [Reason; 5] = [
+    pub(crate) const STREAM: [Reason; 7] = [
         Reason::NoNode,
         Reason::Refused,
         Reason::TooManyStreams,
         Reason::TooManyPending,
         Reason::FirstRequestTimeout,
+        Reason::OverBudget,
+        Reason::RateLimited,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -163,6 +169,8 @@ impl Reason {
             Reason::BadInterval => "bad_interval",
             Reason::TooManyEndpoints => "too_many_endpoints",
             Reason::UnknownEndpoint => "unknown_endpoint",
+            Reason::OverBudget => "over_budget",
+            Reason::RateLimited => "rate_limited",
         }
     }
 }
@@ -196,6 +204,8 @@ pub(crate) struct Gate {
     max_pending: usize,
     max_streams: usize,
     first_request_timeout: Duration,
+    /// Messages per second one stream may send on average, and at once.
+    rate: (u32, u32),
     policy: watch::Sender<u64>,
 }
 
@@ -213,6 +223,7 @@ impl Gate {
         max_streams: usize,
         max_pending: usize,
         first_request_timeout: Duration,
+        rate: (u32, u32),
     ) -> Self {
         Self {
             rejected: Rejections::default(),
@@ -220,6 +231,7 @@ impl Gate {
             max_pending,
             max_streams,
             first_request_timeout,
+            rate,
             policy: watch::Sender::new(0),
         }
     }
@@ -241,6 +253,125 @@ impl Gate {
                 (n < self.max_pending).then_some(n + 1)
             })
             .is_ok()
+    }
+}
+
+/// Allows `rate` messages per second on average and `burst` at once: what keeps one reporting
+/// stream from spending the server's CPU on decoding and aggregating reports (a client reports
+/// once per interval, 100 ms at the shortest, so the defaults leave real clients far inside).
+#[derive(Debug)]
+struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    fn new((rate, burst): (u32, u32), now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        TokenBucket { rate: f64::from(rate), burst, tokens: burst, last: now }
+    }
+
+    /// Takes one token at `now`; `false` when the bucket is empty.
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What every stream of one reporting service may hold together, in bytes and entries, and
+/// what they hold now. Per-stream limits alone let the sum grow with the number of streams
+/// (10,000 streams of 64 MiB each is no bound at all); each stream draws its state from this
+/// one allowance and gives it back when it ends, so the total is bounded whatever the peers
+/// do. Bytes are an estimate of the heap the stored state takes (fixed size per entry plus the
+/// names it keeps), not the size of the reports, which are not kept.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    max_bytes: usize,
+    max_entries: usize,
+    bytes: AtomicUsize,
+    entries: AtomicUsize,
+}
+
+/// What one stream drew from its service's [`Budget`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Charge {
+    pub(crate) bytes: usize,
+    pub(crate) entries: usize,
+}
+
+impl Budget {
+    pub(crate) fn new(max_bytes: usize, max_entries: usize) -> Self {
+        Self { max_bytes, max_entries, bytes: AtomicUsize::new(0), entries: AtomicUsize::new(0) }
+    }
+
+    /// Takes `charge` if both totals stay within their maximum, else takes nothing.
+    pub(crate) fn try_take(&self, charge: Charge) -> bool {
+        let take = |used: &AtomicUsize, n: usize, max: usize| {
+            used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(n).filter(|t| *t <= max)
+            })
+            .is_ok()
+        };
+        if !take(&self.bytes, charge.bytes, self.max_bytes) {
+            return false;
+        }
+        if !take(&self.entries, charge.entries, self.max_entries) {
+            self.bytes.fetch_sub(charge.bytes, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back what a stream drew (when it ends, or its state shrinks).
+    pub(crate) fn give(&self, charge: Charge) {
+        self.bytes.fetch_sub(charge.bytes, Ordering::Relaxed);
+        self.entries.fetch_sub(charge.entries, Ordering::Relaxed);
+    }
+
+    /// What every stream holds now.
+    pub(crate) fn used(&self) -> Charge {
+        Charge {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            entries: self.entries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The error of a report that would take the service past this budget.
+    pub(crate) fn over(&self, service: &'static str) -> OverBudget {
+        OverBudget { service, max_bytes: self.max_bytes, max_entries: self.max_entries }
+    }
+}
+
+/// A report not taken: with it, the state every stream of the service holds would pass the
+/// service's total budget (`max_total_bytes`, `max_total_entries` of
+/// [`LrsConfig`](crate::lrs::LrsConfig) or [`HdsConfig`](crate::hds::HdsConfig)). A stream
+/// that sends one is ended with `RESOURCE_EXHAUSTED` and this message, and what it held is
+/// given back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{service} reports of all streams would exceed the server's budget of {max_bytes} bytes and {max_entries} entries; the report was not taken"
+)]
+pub struct OverBudget {
+    /// `LRS` or `HDS`.
+    pub service: &'static str,
+    /// The service's `max_total_bytes`.
+    pub max_bytes: usize,
+    /// The service's `max_total_entries`.
+    pub max_entries: usize,
+}
+
+impl From<OverBudget> for Status {
+    fn from(e: OverBudget) -> Status {
+        Status::resource_exhausted(e.to_string())
     }
 }
 
@@ -268,19 +399,13 @@ pub(crate) trait Reporting: Clone + Send + Sync + 'static {
     fn node(first: &Self::Request) -> Option<&Node>;
     /// The answer for `node` now, and what it lets the stream report.
     fn answer(&self, node: &Node) -> (Self::Response, Self::Scope);
-    /// Registers an admitted stream, its first request counted; `None` when the service holds
-    /// as many streams as it may.
-    fn register(
-        &self,
-        id: u64,
-        node: &Node,
-        scope: Self::Scope,
-        first: Self::Request,
-    ) -> Option<Self::Registration>;
+    /// Registers an admitted stream; `None` when the service holds as many streams as it may.
+    fn register(&self, id: u64, node: &Node, scope: Self::Scope) -> Option<Self::Registration>;
     /// What the stream may report from now on (after a new answer).
     fn rescope(registration: &mut Self::Registration, scope: Self::Scope);
-    /// A later message of the stream.
-    fn take(registration: &Self::Registration, message: Self::Request);
+    /// A message of the stream (the first one too). An error ends the stream with it (the
+    /// service's total budget is spent).
+    fn take(registration: &Self::Registration, message: Self::Request) -> Result<(), Status>;
 }
 
 /// The response stream of a reporting service.
@@ -327,6 +452,8 @@ struct Open<S: Reporting> {
     sent: S::Response,
     /// `None` once the policy's sender is gone (it lives as long as the service).
     policy: Option<watch::Receiver<u64>>,
+    /// The stream's rate limit ([`Gate::rate`]).
+    rate: TokenBucket,
     _closed: Closed,
 }
 
@@ -354,6 +481,9 @@ impl<S: Reporting> State<S> {
                 policy.mark_unchanged();
                 match start(&service, info, first) {
                     Ok((response, registration, node, closed)) => {
+                        let mut rate = TokenBucket::new(gate.rate, Instant::now());
+                        // The first request is a message like the others.
+                        rate.take(Instant::now());
                         let open = Open {
                             service,
                             requests,
@@ -361,6 +491,7 @@ impl<S: Reporting> State<S> {
                             node,
                             sent: response.clone(),
                             policy: Some(policy),
+                            rate,
                             _closed: closed,
                         };
                         Some((Ok(response), State::Open(Box::new(open))))
@@ -387,7 +518,11 @@ impl<S: Reporting> State<S> {
                         }
                     }
                     m = open.requests.message() => match m {
-                        Ok(Some(message)) => S::take(&open.registration, message),
+                        Ok(Some(message)) => {
+                            if let Err(status) = open.admit(message) {
+                                return Some((Err(status), State::Done));
+                            }
+                        }
                         // The client closed its side or the connection failed: the end.
                         Ok(None) | Err(_) => return None,
                     },
@@ -399,6 +534,23 @@ impl<S: Reporting> State<S> {
 }
 
 impl<S: Reporting> Open<S> {
+    /// A later message: within the stream's rate, then taken. An error ends the stream (its
+    /// registration, and with it the state it holds, goes when the stream is dropped).
+    fn admit(&mut self, message: S::Request) -> Result<(), Status> {
+        let gate = self.service.parts().1;
+        if !self.rate.take(Instant::now()) {
+            gate.rejected.add(Reason::RateLimited, 1);
+            let (rate, burst) = gate.rate;
+            return Err(Status::resource_exhausted(format!(
+                "too many {} messages: a stream may send {rate} per second (burst {burst})",
+                S::NAME
+            )));
+        }
+        S::take(&self.registration, message).inspect_err(|_| {
+            gate.rejected.add(Reason::OverBudget, 1);
+        })
+    }
+
     /// The policy's answer for the stream now, if it differs from the last one sent; the
     /// stream may report what the new answer allows from now on.
     fn recheck(&mut self) -> Option<S::Response> {
@@ -427,7 +579,7 @@ fn start<S: Reporting>(
         gate.rejected.add(Reason::Refused, 1);
     })?;
     let (response, scope) = service.answer(&node);
-    let Some(registration) = service.register(closed.info.id, &node, scope, first) else {
+    let Some(registration) = service.register(closed.info.id, &node, scope) else {
         gate.rejected.add(Reason::TooManyStreams, 1);
         return Err(Status::resource_exhausted(format!(
             "too many {} streams: the server takes at most {}",
@@ -435,6 +587,9 @@ fn start<S: Reporting>(
             gate.max_streams
         )));
     };
+    S::take(&registration, first).inspect_err(|_| {
+        gate.rejected.add(Reason::OverBudget, 1);
+    })?;
     Ok((response, registration, node, closed))
 }
 

@@ -208,14 +208,20 @@ impl StatusRegistry {
 
     /// One page of the streams' status as JSON, for a status page that must stay bounded with
     /// many clients: the streams of `node` (every node when `None`), by stream id, skipping
-    /// `offset` and showing at most `limit`. `{"streams": [...], "total": N, "offset": O,
-    /// "next_offset": O2}`: `total` counts the matching streams, `next_offset` is present
-    /// when more follow.
+    /// `offset` and showing at most `limit` streams and about 1 MiB (at least one stream, so
+    /// paging always moves on). Per type, a stream shows at most 100 subscribed names and
+    /// 100 held resources (`names_total`, `resources_total` count them all
+    /// when the list is cut), each name cut to [`MAX_NACK_TEXT`] bytes: a client subscribes to
+    /// up to 262,144 names per type, and a page of 100 such streams would otherwise be
+    /// gigabytes. `{"streams": [...], "total": N, "offset": O, "next_offset": O2}`: `total`
+    /// counts the matching streams, `next_offset` is present when more follow.
     pub fn page_json(&self, node: Option<&str>, offset: usize, limit: usize) -> serde_json::Value {
         let entries: Vec<_> =
             lock(&self.streams).values().map(|e| (e.status.clone(), e.detail.clone())).collect();
         let mut total = 0;
         let mut page = Vec::new();
+        let mut bytes = 0;
+        let mut full = false;
         for (status, detail) in entries {
             if let Some(node) = node
                 && lock(&status).node_id != node
@@ -223,7 +229,7 @@ impl StatusRegistry {
                 continue;
             }
             total += 1;
-            if total <= offset || page.len() >= limit {
+            if total <= offset || page.len() >= limit || full {
                 continue;
             }
             // Only the page's streams are copied with their details.
@@ -231,14 +237,63 @@ impl StatusRegistry {
             if let Some(detail) = detail.and_then(|d| d.upgrade()) {
                 detail.fill(&mut copy);
             }
-            page.push(copy);
+            let shown = bounded_stream(copy);
+            let size = shown.to_string().len();
+            if !page.is_empty() && bytes + size > MAX_PAGE_BYTES {
+                full = true;
+                continue;
+            }
+            bytes += size;
+            page.push(shown);
         }
+        let next = offset.saturating_add(page.len());
         let mut body = serde_json::json!({ "streams": page, "total": total, "offset": offset });
-        if offset.saturating_add(limit) < total {
-            body["next_offset"] = serde_json::json!(offset + limit);
+        if next < total {
+            body["next_offset"] = serde_json::json!(next);
         }
         body
     }
+}
+
+/// The most bytes of streams one [`StatusRegistry::page_json`] page holds (past the first
+/// stream).
+pub(crate) const MAX_PAGE_BYTES: usize = 1 << 20;
+
+/// The most subscribed names, and the most held resources, a status page shows per stream and
+/// type.
+pub(crate) const MAX_LISTED: usize = 100;
+
+/// A stream's status as JSON with its lists cut to [`MAX_LISTED`] and their names to
+/// [`MAX_NACK_TEXT`] bytes.
+fn bounded_stream(mut status: StreamStatus) -> serde_json::Value {
+    let mut totals = BTreeMap::new();
+    for (type_url, t) in &mut status.types {
+        let counts = (t.names.len(), t.resources.len());
+        t.names.truncate(MAX_LISTED);
+        for name in &mut t.names {
+            if name.len() > MAX_NACK_TEXT {
+                *name = bounded_owned(name);
+            }
+        }
+        if t.resources.len() > MAX_LISTED || t.resources.keys().any(|n| n.len() > MAX_NACK_TEXT) {
+            t.resources = std::mem::take(&mut t.resources)
+                .into_iter()
+                .take(MAX_LISTED)
+                .map(|(n, v)| (bounded_owned(&n), v))
+                .collect();
+        }
+        if counts.0 > MAX_LISTED || counts.1 > MAX_LISTED {
+            totals.insert(type_url.clone(), counts);
+        }
+    }
+    let mut value = serde_json::to_value(&status).unwrap_or_default();
+    for (type_url, (names, resources)) in totals {
+        if let Some(t) = value.get_mut("types").and_then(|t| t.get_mut(&type_url)) {
+            t["names_total"] = names.into();
+            t["resources_total"] = resources.into();
+        }
+    }
+    value
 }
 
 impl StreamStatus {

@@ -306,3 +306,57 @@ async fn an_hds_stream_that_never_sends_its_first_request_ends_with_deadline_exc
     assert_eq!(hds_of(&t).rejected("first_request_timeout"), 1);
     assert_eq!(hds_of(&t).pending_streams(), 0);
 }
+
+/// The last responses of every stream share one budget: a stream whose response would pass it
+/// is ended with `RESOURCE_EXHAUSTED` and the reason, the others go on, and what every stream
+/// held comes back when they end.
+#[tokio::test]
+async fn a_stream_past_the_total_budget_is_refused_and_its_share_given_back() {
+    let mut config = HdsConfig::default();
+    config.max_total_entries = 15;
+    let t = server_with(config).await;
+    let mut a = Hds::open(&t, "a1").await;
+    let mut b = Hds::open(&t, "a2").await;
+    a.recv().await.unwrap();
+    b.recv().await.unwrap();
+    let ips: Vec<String> = (0..10).map(|i| format!("10.0.0.{i}")).collect();
+    let list: Vec<_> = ips.iter().map(|ip| (ip.as_str(), HealthStatus::Healthy)).collect();
+    a.report("web", &list).await;
+    eventually("a's report", || hds_of(&t).held().1 == 10).await;
+    // A response replaces the stream's last one in the budget too: a's next one fits.
+    a.report("web", &list).await;
+    eventually("a's second report", || hds_of(&t).snapshot().responses == 2).await;
+    assert_eq!(hds_of(&t).held().1, 10);
+
+    b.report("web", &list).await;
+    let status = b.recv().await.expect_err("b is ended");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("budget of"), "{}", status.message());
+    assert_eq!(hds_of(&t).rejected("over_budget"), 1);
+    eventually("b gone", || hds_of(&t).snapshot().streams == 1).await;
+    assert_eq!(hds_of(&t).held().1, 10);
+    assert_eq!(hds_of(&t).snapshot().clusters["web"]["10.0.0.1:80"].by_node.len(), 1);
+    let metrics = hds_of(&t).render_metrics();
+    assert!(metrics.contains("xds_hds_held_entries 10"), "{metrics}");
+
+    drop(a);
+    eventually("a gone", || hds_of(&t).snapshot().streams == 0).await;
+    assert_eq!(hds_of(&t).held(), (0, 0));
+}
+
+#[tokio::test]
+async fn an_hds_stream_sending_faster_than_its_rate_is_ended() {
+    let mut config = HdsConfig::default();
+    config.max_reports_per_second = 1;
+    config.report_burst = 3;
+    let t = server_with(config).await;
+    let mut a = Hds::open(&t, "a1").await;
+    a.recv().await.unwrap();
+    for _ in 0..6 {
+        a.report("web", &[("10.0.0.1", HealthStatus::Healthy)]).await;
+    }
+    let status = a.recv().await.expect_err("the stream is ended");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("1 per second (burst 3)"), "{}", status.message());
+    assert_eq!(hds_of(&t).rejected("rate_limited"), 1);
+}

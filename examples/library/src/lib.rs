@@ -2,7 +2,10 @@
 //!
 //! - [`inventory`]: a `Cache` over an inventory of your own (the `custom-cache` binary serves it).
 //! - `linear-endpoints` (a binary): a programmatic control plane over a `LinearCache`.
+//! - [`health`]: health checking delegated to the proxies (HDS) fed back into EDS, taking
+//!   reports only from authorized reporters (the `hds-to-eds` binary serves it).
 
+pub mod health;
 pub mod inventory;
 
 /// Serves `routes` on 127.0.0.1:18000 until Ctrl-C: what every example here does once its cache

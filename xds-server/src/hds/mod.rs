@@ -25,6 +25,7 @@ use xds_proto::pb::envoy::service::health::v3::{
 };
 use xds_proto::prost::Name;
 
+pub use crate::reporter::OverBudget;
 pub use store::HdsConfig;
 pub use view::{EndpointHealthView, HealthSnapshot, HealthWatch};
 
@@ -120,6 +121,14 @@ impl HealthDiscoveryServer {
         self.store.snapshot()
     }
 
+    /// What the last responses of every open stream hold now, in estimated bytes and in
+    /// endpoint reports: bounded by [`HdsConfig::max_total_bytes`] and
+    /// [`HdsConfig::max_total_entries`], and back to 0 when every stream has ended.
+    pub fn held(&self) -> (usize, usize) {
+        let used = self.store.budget.used();
+        (used.bytes, used.entries)
+    }
+
     /// A latest-wins subscription to [`snapshot`](Self::snapshot).
     pub fn subscribe(&self) -> HealthWatch {
         HealthWatch { store: self.store.clone(), rx: self.store.subscribe() }
@@ -139,6 +148,11 @@ impl HealthDiscoveryServer {
             out,
             "# HELP xds_hds_responses_total Endpoint health responses received.\n# TYPE xds_hds_responses_total counter\nxds_hds_responses_total {}",
             store.responses()
+        );
+        let (bytes, entries) = self.held();
+        let _ = writeln!(
+            out,
+            "# HELP xds_hds_held_bytes Estimated bytes the last responses of every open HDS stream hold (at most max_total_bytes).\n# TYPE xds_hds_held_bytes gauge\nxds_hds_held_bytes {bytes}\n# HELP xds_hds_held_entries Endpoint reports the open HDS streams hold (at most max_total_entries).\n# TYPE xds_hds_held_entries gauge\nxds_hds_held_entries {entries}"
         );
         reporter::render_stream_metrics(
             &mut out,
@@ -189,7 +203,7 @@ impl Reporting for HealthDiscoveryServer {
         (specifier, asked)
     }
 
-    fn register(&self, id: u64, node: &Node, asked: Asked, _: Message) -> Option<Registration> {
+    fn register(&self, id: u64, node: &Node, asked: Asked) -> Option<Registration> {
         self.store.register(id, node, asked)
     }
 
@@ -197,11 +211,13 @@ impl Reporting for HealthDiscoveryServer {
         registration.set_asked(asked);
     }
 
-    fn take(registration: &Registration, message: Message) {
-        // A repeated HealthCheckRequest or an empty message: nothing to do.
+    fn take(registration: &Registration, message: Message) -> Result<(), Status> {
+        // A HealthCheckRequest (the first message, or a repeated one) or an empty message:
+        // nothing to do.
         if let Some(RequestType::EndpointHealthResponse(r)) = message.request_type {
-            registration.ingest(&r);
+            registration.ingest(&r)?;
         }
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The endpoint health every open HDS stream reported last.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use xds_proto::pb::envoy::service::health::v3::{
 
 use super::view::HealthSnapshot;
 use crate::lrs::store::Labels;
-use crate::reporter::{Gate, Reason};
+use crate::reporter::{Budget, Charge, Gate, OverBudget, Reason};
 use crate::status::lock;
 
 /// Limits of health discovery.
@@ -38,6 +39,21 @@ pub struct HdsConfig {
     pub max_name_bytes: usize,
     /// Distinct cluster label values in the metrics, the rest under `other`. Default 256.
     pub max_cluster_labels: usize,
+    /// The most bytes the last responses of every stream together may take (an estimate of
+    /// the heap they use: a fixed size per endpoint plus its address and cluster names). A
+    /// response that would pass it is not taken and its stream is ended with
+    /// `RESOURCE_EXHAUSTED` (`over_budget`); what the stream held is given back. Default
+    /// 64 MiB: about 500,000 endpoint reports with short names.
+    pub max_total_bytes: usize,
+    /// The most endpoint reports every stream's last response together may hold (an endpoint
+    /// checked by two nodes counts twice); past it, as for `max_total_bytes`. Default 524,288.
+    pub max_total_entries: usize,
+    /// Messages per second one stream may send on average; a stream that sends faster is
+    /// ended with `RESOURCE_EXHAUSTED` (`rate_limited`). Envoy sends one response per
+    /// specifier interval. Default 10.
+    pub max_reports_per_second: u32,
+    /// Messages one stream may send at once above that average. Default 20.
+    pub report_burst: u32,
 }
 
 impl Default for HdsConfig {
@@ -49,15 +65,32 @@ impl Default for HdsConfig {
             max_endpoints_per_stream: 10_000,
             max_name_bytes: 256,
             max_cluster_labels: 256,
+            max_total_bytes: 64 << 20,
+            max_total_entries: 1 << 19,
+            max_reports_per_second: 10,
+            report_burst: 20,
         }
     }
 }
+
+/// (cluster, endpoint address) -> (cluster label, status).
+type Endpoints = BTreeMap<(Arc<str>, String), (Arc<str>, HealthStatus)>;
+
+/// What one endpoint report is charged to the budget besides its address: the map's key and
+/// value and about a quarter of them again for the tree's nodes.
+const ENDPOINT_BYTES: usize =
+    (size_of::<(Arc<str>, String)>() + size_of::<(Arc<str>, HealthStatus)>()) * 5 / 4;
+
+/// What one cluster name of a response is charged besides its bytes (its `Arc`'s counts).
+const CLUSTER_BYTES: usize = 2 * size_of::<usize>();
 
 /// One stream's last response: (cluster, endpoint address) -> status.
 #[derive(Debug)]
 struct StreamHealth {
     node_id: Arc<str>,
-    endpoints: BTreeMap<(Arc<str>, String), (Arc<str>, HealthStatus)>,
+    endpoints: Endpoints,
+    /// What `endpoints` drew from the store's budget.
+    charge: Charge,
 }
 
 /// Every stream's reported health.
@@ -67,6 +100,8 @@ pub(crate) struct HealthStore {
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamHealth>>>>,
     labels: Labels,
     pub(crate) gate: Arc<Gate>,
+    /// The allowance every stream's last response draws from.
+    pub(crate) budget: Budget,
     responses: AtomicU64,
     revision: watch::Sender<u64>,
 }
@@ -135,7 +170,9 @@ impl HealthStore {
                 config.max_streams,
                 config.max_pending_streams,
                 config.first_request_timeout,
+                (config.max_reports_per_second, config.report_burst),
             )),
+            budget: Budget::new(config.max_total_bytes, config.max_total_entries),
             responses: AtomicU64::new(0),
             revision: watch::Sender::new(0),
             config,
@@ -167,6 +204,7 @@ impl HealthStore {
         let health = Arc::new(Mutex::new(StreamHealth {
             node_id: Arc::from(&node.id[..end]),
             endpoints: BTreeMap::new(),
+            charge: Charge::default(),
         }));
         {
             let mut streams = lock(&self.streams);
@@ -240,12 +278,17 @@ impl Registration {
     /// Replaces the stream's reported health with `response` (a client reports every endpoint
     /// it checks each time), bounded: names, endpoints per stream. Endpoints the stream was
     /// not asked to check are left out and counted (`unknown_endpoint`): a client cannot put
-    /// endpoints of its choosing into the view.
-    pub(crate) fn ingest(&self, response: &EndpointHealthResponse) {
+    /// endpoints of its choosing into the view. The new response replaces the old one in the
+    /// store's budget too; when it does not fit, the stream's reports leave the view and the
+    /// error says why (the stream is then ended).
+    pub(crate) fn ingest(&self, response: &EndpointHealthResponse) -> Result<(), OverBudget> {
         let store = &*self.store;
         let config = &store.config;
         store.responses.fetch_add(1, Ordering::Relaxed);
         let mut endpoints = BTreeMap::new();
+        let mut charge = Charge::default();
+        // One copy of each cluster's name per response, shared by its endpoints.
+        let mut clusters: HashMap<Box<str>, Arc<str>> = HashMap::new();
         let (mut over, mut unknown) = (0u64, 0u64);
         let mut put = |cluster: &str, e: &EndpointHealth| {
             if endpoints.len() >= config.max_endpoints_per_stream {
@@ -262,7 +305,21 @@ impl Registration {
                 return;
             }
             let status = HealthStatus::try_from(e.health_status).unwrap_or(HealthStatus::Unknown);
-            endpoints.insert((Arc::from(cluster), address), (store.labels.admit(cluster), status));
+            let name = match clusters.get(cluster) {
+                Some(name) => name.clone(),
+                None => {
+                    charge.bytes += CLUSTER_BYTES + cluster.len();
+                    let name: Arc<str> = Arc::from(cluster);
+                    clusters.insert(Box::from(cluster), name.clone());
+                    name
+                }
+            };
+            let bytes = ENDPOINT_BYTES + address.len();
+            let value = (store.labels.admit(cluster), status);
+            if endpoints.insert((name, address), value).is_none() {
+                charge.bytes += bytes;
+                charge.entries += 1;
+            }
         };
         // The older flat list (deprecated, still sent by older proxies) has no cluster:
         // reported under "".
@@ -284,14 +341,36 @@ impl Registration {
         if unknown > 0 {
             store.gate.rejected.add(Reason::UnknownEndpoint, unknown);
         }
-        lock(&self.health).endpoints = endpoints;
+        // The old response's charge goes back before the new one is taken, so a stream that
+        // reports the same endpoints again never needs twice its share.
+        let mut health = lock(&self.health);
+        store.budget.give(std::mem::take(&mut health.charge));
+        let taken = store.budget.try_take(charge);
+        let old = if taken {
+            health.charge = charge;
+            std::mem::replace(&mut health.endpoints, endpoints)
+        } else {
+            std::mem::take(&mut health.endpoints)
+        };
+        drop(health);
+        // Freed with no lock held.
+        drop(old);
         store.changed();
+        if taken { Ok(()) } else { Err(store.budget.over("HDS")) }
     }
 }
 
 impl Drop for Registration {
+    /// Takes the stream out of the view and gives its reports and budget back at once (a
+    /// reader may hold the stream's entry for a moment longer).
     fn drop(&mut self) {
         lock(&self.store.streams).remove(&self.id);
+        let endpoints = {
+            let mut health = lock(&self.health);
+            self.store.budget.give(std::mem::take(&mut health.charge));
+            std::mem::take(&mut health.endpoints)
+        };
+        drop(endpoints);
         self.store.changed();
     }
 }

@@ -25,8 +25,11 @@ use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_server
 use xds_proto::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
 use xds_proto::prost::Name;
 
+pub use crate::reporter::OverBudget;
 pub use store::LrsConfig;
-pub use view::{ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, NodeLoad};
+pub use view::{
+    ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, MAX_LOCALITIES_SHOWN, NodeLoad,
+};
 
 use crate::reporter::{self, Gate, Hooks, Reason, Reporting, ResponseStream, escape_label};
 use store::{Registration, Store};
@@ -190,6 +193,14 @@ impl LoadReportingServer {
         self.store.snapshot(Instant::now())
     }
 
+    /// What the load of every open stream holds now, in estimated bytes and in entries (a
+    /// stream's cluster, or one of its localities): bounded by [`LrsConfig::max_total_bytes`]
+    /// and [`LrsConfig::max_total_entries`], and back to 0 when every stream has ended.
+    pub fn held(&self) -> (usize, usize) {
+        let used = self.store.budget.used();
+        (used.bytes, used.entries)
+    }
+
     /// A latest-wins subscription to [`snapshot`](Self::snapshot).
     pub fn subscribe(&self) -> LoadWatch {
         LoadWatch { store: self.store.clone(), rx: self.store.subscribe() }
@@ -214,6 +225,11 @@ impl LoadReportingServer {
             out,
             "# HELP xds_lrs_reports_total Load reports received.\n# TYPE xds_lrs_reports_total counter\nxds_lrs_reports_total {}",
             store.reports()
+        );
+        let (bytes, entries) = self.held();
+        let _ = writeln!(
+            out,
+            "# HELP xds_lrs_held_bytes Estimated bytes the load of every open LRS stream holds (at most max_total_bytes).\n# TYPE xds_lrs_held_bytes gauge\nxds_lrs_held_bytes {bytes}\n# HELP xds_lrs_held_entries Clusters and localities the open LRS streams hold (at most max_total_entries).\n# TYPE xds_lrs_held_entries gauge\nxds_lrs_held_entries {entries}"
         );
         reporter::render_stream_metrics(
             &mut out,
@@ -315,8 +331,18 @@ pub struct LoadReporter {
 
 impl LoadReporter {
     /// Adds one report's cluster stats (bounded and counted as a stream's are).
-    pub fn report(&self, stats: &[xds_proto::pb::envoy::config::endpoint::v3::ClusterStats]) {
-        self.registration.ingest(stats, Instant::now());
+    ///
+    /// # Errors
+    ///
+    /// [`OverBudget`] when the report's new clusters and localities do not fit the server's
+    /// total budget ([`LrsConfig::max_total_bytes`], [`LrsConfig::max_total_entries`]): the
+    /// rest of the report is not taken. A stream is ended then; a reporter is the caller's to
+    /// drop.
+    pub fn report(
+        &self,
+        stats: &[xds_proto::pb::envoy::config::endpoint::v3::ClusterStats],
+    ) -> Result<(), OverBudget> {
+        self.registration.ingest(stats, Instant::now())
     }
 }
 
@@ -355,20 +381,17 @@ impl Reporting for LoadReportingServer {
         id: u64,
         node: &Node,
         only: Option<HashSet<String>>,
-        first: LoadStatsRequest,
     ) -> Option<Registration> {
         let node_id = truncate(&node.id, self.store.config.max_name_bytes);
-        let registration = self.store.register(id, node_id, only)?;
-        registration.ingest(&first.cluster_stats, Instant::now());
-        Some(registration)
+        self.store.register(id, node_id, only)
     }
 
     fn rescope(registration: &mut Registration, only: Option<HashSet<String>>) {
         registration.set_only(only);
     }
 
-    fn take(registration: &Registration, report: LoadStatsRequest) {
-        registration.ingest(&report.cluster_stats, Instant::now());
+    fn take(registration: &Registration, report: LoadStatsRequest) -> Result<(), Status> {
+        Ok(registration.ingest(&report.cluster_stats, Instant::now())?)
     }
 }
 

@@ -7,6 +7,7 @@
 //! only when something changed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterStats;
 
 use super::view::{LoadCounts, LoadSnapshot, LocalityName};
-use crate::reporter::{Gate, Reason};
+use crate::reporter::{Budget, Charge, Gate, OverBudget, Reason};
 use crate::status::lock;
 
 /// The sliding window is this many slots; a report counts in the slot of its arrival, and a
@@ -63,6 +64,23 @@ pub struct LrsConfig {
     /// series), later ones are counted under `other`. Localities come from the clients' EDS,
     /// which the control plane wrote, so the set is small in practice. Default 64.
     pub max_locality_labels: usize,
+    /// The most bytes the load of every stream together may take (an estimate of the heap the
+    /// aggregated state uses: a fixed size per cluster and locality plus their names). A
+    /// report that would pass it is not taken and its stream is ended with
+    /// `RESOURCE_EXHAUSTED` (`over_budget`); what the stream held is given back. Default
+    /// 64 MiB: about 180,000 cluster-locality entries with short names, e.g. 10,000 proxies
+    /// reporting 18 each.
+    pub max_total_bytes: usize,
+    /// The most clusters and localities every stream together may hold (each stream's cluster
+    /// counts once, and each of its localities once); past it, as for `max_total_bytes`. It
+    /// bounds the work of each view and metrics render. Default 262,144.
+    pub max_total_entries: usize,
+    /// Reports per second one stream may send on average; a stream that sends faster is ended
+    /// with `RESOURCE_EXHAUSTED` (`rate_limited`). Clients report once per interval (100 ms
+    /// at the shortest this server asks for). Default 10.
+    pub max_reports_per_second: u32,
+    /// Reports one stream may send at once above that average. Default 20.
+    pub report_burst: u32,
 }
 
 impl Default for LrsConfig {
@@ -78,6 +96,10 @@ impl Default for LrsConfig {
             max_interval: Duration::from_secs(3600),
             max_cluster_labels: 256,
             max_locality_labels: 64,
+            max_total_bytes: 64 << 20,
+            max_total_entries: 1 << 18,
+            max_reports_per_second: 10,
+            report_burst: 20,
         }
     }
 }
@@ -175,11 +197,21 @@ struct ClusterState {
     localities: Vec<LocalityState>,
 }
 
+/// What one cluster of a stream is charged to the budget besides its name: the state and its
+/// place in the stream's map (key, and about a word of the table's own).
+const CLUSTER_BYTES: usize =
+    size_of::<ClusterState>() + size_of::<Box<str>>() + size_of::<usize>() * 2;
+
+/// What one locality of a stream's cluster is charged besides its names.
+const LOCALITY_BYTES: usize = size_of::<LocalityState>();
+
 /// One stream's reports.
 #[derive(Debug)]
 pub(crate) struct StreamLoad {
     node_id: Arc<str>,
     clusters: HashMap<Box<str>, ClusterState>,
+    /// What the clusters and localities above drew from the store's budget.
+    charge: Charge,
 }
 
 /// Every stream's reports, the bounded labels and the counters.
@@ -191,6 +223,8 @@ pub(crate) struct Store {
     pub(crate) cluster_labels: Labels,
     locality_labels: Labels,
     pub(crate) gate: Arc<Gate>,
+    /// The allowance every stream's load draws from.
+    pub(crate) budget: Budget,
     /// Which clusters may have a label of their own (the user's predicate; asked with no lock
     /// held).
     pub(crate) known: Arc<dyn Fn(&str) -> bool + Send + Sync>,
@@ -225,8 +259,10 @@ impl Store {
             config.max_streams,
             config.max_pending_streams,
             config.first_request_timeout,
+            (config.max_reports_per_second, config.report_burst),
         ));
         Self {
+            budget: Budget::new(config.max_total_bytes, config.max_total_entries),
             cluster_labels: Labels::new(config.max_cluster_labels),
             locality_labels: Labels::new(config.max_locality_labels),
             config,
@@ -260,6 +296,7 @@ impl Store {
         let load = Arc::new(Mutex::new(StreamLoad {
             node_id: Arc::from(node_id),
             clusters: HashMap::new(),
+            charge: Charge::default(),
         }));
         {
             let mut streams = lock(&self.streams);
@@ -402,8 +439,10 @@ impl Registration {
     /// Adds one report's cluster stats to the stream's load, at `now`. Everything the peer
     /// sent is bounded here: names, interval, clusters per stream, localities per cluster
     /// (rule: whatever a peer controls is bounded before it is stored); what does not fit is
-    /// counted by reason and dropped.
-    pub(crate) fn ingest(&self, stats: &[ClusterStats], now: Instant) {
+    /// counted by reason and dropped. Each new cluster and locality is drawn from the store's
+    /// budget first: when the budget cannot cover one, the rest of the report is not taken and
+    /// the error says so (the stream is then ended; its state goes back when it is dropped).
+    pub(crate) fn ingest(&self, stats: &[ClusterStats], now: Instant) -> Result<(), OverBudget> {
         let store = &*self.store;
         let config = &store.config;
         let epoch = store.epoch(now);
@@ -442,6 +481,14 @@ impl Registration {
                     store.gate.rejected.add(Reason::TooManyClusters, 1);
                     continue;
                 }
+                let charge = Charge { bytes: CLUSTER_BYTES + cs.cluster_name.len(), entries: 1 };
+                if !store.budget.try_take(charge) {
+                    drop(guard);
+                    store.changed();
+                    return Err(store.budget.over("LRS"));
+                }
+                load.charge.bytes += charge.bytes;
+                load.charge.entries += charge.entries;
                 let label = labels.get(cs.cluster_name.as_str()).cloned();
                 let state = ClusterState {
                     label: label.unwrap_or_else(|| store.cluster_labels.admit_if(OTHER, false)),
@@ -480,6 +527,15 @@ impl Registration {
                         continue;
                     }
                     None => {
+                        let charge =
+                            Charge { bytes: LOCALITY_BYTES + locality_len(locality), entries: 1 };
+                        if !store.budget.try_take(charge) {
+                            drop(guard);
+                            store.changed();
+                            return Err(store.budget.over("LRS"));
+                        }
+                        load.charge.bytes += charge.bytes;
+                        load.charge.entries += charge.entries;
                         let name = LocalityName::from(locality);
                         let label = store.locality_labels.admit(&name.label());
                         cluster.localities.push(LocalityState {
@@ -503,12 +559,24 @@ impl Registration {
         }
         drop(guard);
         store.changed();
+        Ok(())
     }
 }
 
 impl Drop for Registration {
+    /// Takes the stream out of the view and gives its state and budget back at once: a reader
+    /// may still hold the stream's entry for a moment, and the last cached view holds a copy
+    /// of its load until the next read, so both are emptied here rather than left to them.
     fn drop(&mut self) {
         lock(&self.store.streams).remove(&self.id);
+        let (clusters, charge) = {
+            let mut load = lock(&self.load);
+            (std::mem::take(&mut load.clusters), std::mem::take(&mut load.charge))
+        };
+        self.store.budget.give(charge);
+        let cached = lock(&self.store.cached).take();
+        // Freed with no lock held.
+        drop((clusters, cached));
         self.store.changed();
     }
 }

@@ -96,44 +96,81 @@ pub struct LoadSnapshot {
     pub nodes: BTreeMap<String, NodeLoad>,
 }
 
+/// The most localities a status page shows per cluster; the rest are counted
+/// (`localities_total`). A cluster's localities come from every stream that reports it, so the
+/// page's size would otherwise grow with the number of streams.
+pub const MAX_LOCALITIES_SHOWN: usize = 16;
+
 impl LoadSnapshot {
-    /// The view as JSON, for a status page: per cluster, its totals and localities.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// One page of the view as JSON, for a status page: the totals (window, streams, reports,
+    /// nodes, clusters) and, of the clusters in name order (of `node` alone when given), those
+    /// from `offset` on, at most `limit` of them and about `max_bytes` of JSON (at least one
+    /// cluster, so paging always moves on), each with at most [`MAX_LOCALITIES_SHOWN`]
+    /// localities. `next_offset` says where the next page starts, when there is one. The
+    /// whole view can hold hundreds of thousands of entries; a page never renders them at once.
+    pub fn page_json(
+        &self,
+        node: Option<&str>,
+        offset: usize,
+        limit: usize,
+        max_bytes: usize,
+    ) -> serde_json::Value {
         let counts = |c: &LoadCounts| {
             serde_json::json!({
                 "issued": c.issued, "succeeded": c.succeeded,
                 "errors": c.errors, "in_progress": c.in_progress,
             })
         };
-        let clusters: serde_json::Map<String, serde_json::Value> = self
-            .clusters
-            .iter()
-            .map(|(name, c)| {
-                let localities: Vec<_> = c
-                    .localities
-                    .iter()
-                    .map(|(l, n)| {
-                        let mut v = counts(n);
-                        v["region"] = l.region.clone().into();
-                        v["zone"] = l.zone.clone().into();
-                        v["sub_zone"] = l.sub_zone.clone().into();
-                        v
-                    })
-                    .collect();
-                let mut v = counts(&c.total);
-                v["dropped"] = c.dropped.into();
-                v["localities"] = localities.into();
-                (name.clone(), v)
-            })
-            .collect();
-        serde_json::json!({
+        let empty = BTreeMap::new();
+        let clusters = match node {
+            Some(id) => self.nodes.get(id).map_or(&empty, |n| &n.clusters),
+            None => &self.clusters,
+        };
+        let mut page = serde_json::Map::new();
+        let mut bytes = 0;
+        for (name, c) in clusters.iter().skip(offset).take(limit) {
+            let localities: Vec<_> = c
+                .localities
+                .iter()
+                .take(MAX_LOCALITIES_SHOWN)
+                .map(|(l, n)| {
+                    let mut v = counts(n);
+                    v["region"] = l.region.clone().into();
+                    v["zone"] = l.zone.clone().into();
+                    v["sub_zone"] = l.sub_zone.clone().into();
+                    v
+                })
+                .collect();
+            let mut v = counts(&c.total);
+            v["dropped"] = c.dropped.into();
+            v["localities"] = localities.into();
+            v["localities_total"] = c.localities.len().into();
+            // The entry's size as rendered (its name quoted, a colon and a comma besides).
+            let size = v.to_string().len() + name.len() + 4;
+            if !page.is_empty() && bytes + size > max_bytes {
+                break;
+            }
+            bytes += size;
+            page.insert(name.clone(), v);
+        }
+        let shown = page.len();
+        let mut body = serde_json::json!({
             "window_seconds": self.window.as_secs_f64(),
             "streams": self.streams,
             "reports": self.reports,
-            "clusters": clusters,
-            "nodes": self.nodes.iter().map(|(id, n)| (id.clone(), n.streams.into()))
-                .collect::<serde_json::Map<String, serde_json::Value>>(),
-        })
+            "nodes": self.nodes.len(),
+            "clusters_total": clusters.len(),
+            "offset": offset,
+            "clusters": page,
+        });
+        if let Some(id) = node {
+            body["node"] = id.into();
+            body["node_streams"] = self.nodes.get(id).map_or(0, |n| n.streams).into();
+        }
+        if offset.saturating_add(shown) < clusters.len() {
+            body["next_offset"] = (offset + shown).into();
+        }
+        body
     }
 }
 
@@ -157,5 +194,71 @@ impl LoadWatch {
     /// The view now.
     pub fn latest(&self) -> Arc<LoadSnapshot> {
         self.store.snapshot(Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view of `clusters` clusters with `localities` localities each, names of ~200 bytes.
+    fn view(clusters: usize, localities: usize) -> LoadSnapshot {
+        let long = "x".repeat(200);
+        let mut snapshot = LoadSnapshot { streams: 16, ..LoadSnapshot::default() };
+        for c in 0..clusters {
+            let cluster = snapshot.clusters.entry(format!("{c:05}-{long}")).or_default();
+            for l in 0..localities {
+                let name = LocalityName {
+                    region: long.clone(),
+                    zone: format!("{l:03}"),
+                    sub_zone: String::new(),
+                };
+                cluster.localities.insert(name, LoadCounts { issued: 1, ..LoadCounts::default() });
+            }
+        }
+        snapshot
+    }
+
+    #[test]
+    fn a_page_is_bounded_in_bytes_and_paging_shows_every_cluster_once() {
+        let view = view(300, 64);
+        let max_bytes = 64 << 10;
+        let mut offset = 0;
+        let mut seen = Vec::new();
+        loop {
+            let page = view.page_json(None, offset, 100, max_bytes);
+            let size = page.to_string().len();
+            assert!(size <= max_bytes + 1024, "a page of {size} bytes");
+            assert_eq!(page["clusters_total"], 300);
+            let clusters = page["clusters"].as_object().unwrap();
+            assert!(!clusters.is_empty(), "a page always moves on");
+            for (name, c) in clusters {
+                assert_eq!(c["localities"].as_array().unwrap().len(), MAX_LOCALITIES_SHOWN);
+                assert_eq!(c["localities_total"], 64);
+                seen.push(name.clone());
+            }
+            match page.get("next_offset") {
+                Some(next) => offset = usize::try_from(next.as_u64().unwrap()).unwrap(),
+                None => break,
+            }
+        }
+        let all: Vec<_> = view.clusters.keys().cloned().collect();
+        assert_eq!(seen, all);
+    }
+
+    #[test]
+    fn a_page_counts_in_clusters_too_and_a_node_pages_its_own() {
+        let mut view = view(5, 1);
+        let node = NodeLoad { streams: 2, clusters: view.clusters.clone() };
+        view.nodes.insert("n1".into(), node);
+        let page = view.page_json(None, 3, 100, 1 << 20);
+        assert_eq!(page["clusters"].as_object().unwrap().len(), 2);
+        assert!(page.get("next_offset").is_none());
+        let page = view.page_json(Some("n1"), 0, 2, 1 << 20);
+        assert_eq!(page["next_offset"], 2);
+        assert_eq!(page["node_streams"], 2);
+        assert_eq!(page["nodes"], 1);
+        let page = view.page_json(Some("nobody"), 0, 2, 1 << 20);
+        assert_eq!(page["clusters_total"], 0);
     }
 }

@@ -1,68 +1,27 @@
 //! Health checking delegated to the proxies (HDS), wired back into EDS: every connected Envoy
 //! is asked to TCP-check the `backend` endpoints; whenever the reported health changes, the
-//! ClusterLoadAssignment the LinearCache serves is rebuilt with the endpoints some node reports
-//! not healthy marked `UNHEALTHY`, so every client stops sending them traffic.
+//! ClusterLoadAssignment the LinearCache serves is rebuilt with the endpoints some reporter
+//! reports not healthy marked `UNHEALTHY`, so every client stops sending them traffic.
+//!
+//! Since one report changes what every client is sent, only authorized reporters are heard
+//! (see `xds_examples::health::Reporters`): the node ids in `HDS_REPORTERS` (comma-separated),
+//! each proven by a client certificate naming it. Serve with mutual TLS by setting
+//! `XDS_TLS_CERT`, `XDS_TLS_KEY` (the server's PEM chain and key) and `XDS_CLIENT_CA` (the CA
+//! that signs reporters' certificates). Without them xDS is served in plain text and every
+//! health report is refused with `PERMISSION_DENIED`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use xds_cache::{LinearCache, MuxCache};
+use xds_examples::health::{HOSTS, Reporters, assignment, specifier};
 use xds_proto::ResourceType;
 use xds_proto::builders::{eds_cluster, endpoints};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
-use xds_proto::pb::envoy::config::core::v3::health_check::{HealthChecker, TcpHealthCheck};
-use xds_proto::pb::envoy::config::core::v3::{HealthCheck, HealthStatus, Node};
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_proto::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
-use xds_proto::pb::envoy::service::health::v3::{
-    ClusterHealthCheck, HealthCheckSpecifier, LocalityEndpoints,
-};
-use xds_proto::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
-use xds_server::hds::{HealthDiscoveryServer, HealthSnapshot};
+use xds_server::hds::HealthDiscoveryServer;
+use xds_server::transport::{Incoming, TransportConfig, tls_config};
 use xds_server::{ServerConfig, XdsServer};
-
-const HOSTS: [(&str, u32); 2] = [("127.0.0.1", 8080), ("127.0.0.1", 8081)];
-
-/// What every node checks: the `backend` endpoints over TCP, every 5 s.
-fn specifier(_: &Node) -> HealthCheckSpecifier {
-    let seconds = |s| Some(PbDuration { seconds: s, nanos: 0 });
-    let endpoints = endpoints("backend", &HOSTS).endpoints[0]
-        .lb_endpoints
-        .iter()
-        .filter_map(|e| match &e.host_identifier {
-            Some(HostIdentifier::Endpoint(e)) => Some(e.clone()),
-            _ => None,
-        })
-        .collect();
-    HealthCheckSpecifier {
-        cluster_health_checks: vec![ClusterHealthCheck {
-            cluster_name: "backend".into(),
-            health_checks: vec![HealthCheck {
-                timeout: seconds(1),
-                interval: seconds(5),
-                unhealthy_threshold: Some(UInt32Value { value: 1 }),
-                healthy_threshold: Some(UInt32Value { value: 1 }),
-                health_checker: Some(HealthChecker::TcpHealthCheck(TcpHealthCheck::default())),
-                ..Default::default()
-            }],
-            locality_endpoints: vec![LocalityEndpoints { locality: None, endpoints }],
-            ..Default::default()
-        }],
-        interval: seconds(10),
-    }
-}
-
-/// The `backend` endpoints with those some node reports not healthy marked `UNHEALTHY`.
-fn assignment(health: &HealthSnapshot) -> ClusterLoadAssignment {
-    let mut cla = endpoints("backend", &HOSTS);
-    for (lb, (host, port)) in cla.endpoints[0].lb_endpoints.iter_mut().zip(HOSTS) {
-        let reported =
-            health.clusters.get("backend").and_then(|e| e.get(&format!("{host}:{port}")));
-        if reported.is_some_and(|e| !e.is_healthy()) {
-            lb.health_status = HealthStatus::Unhealthy as i32;
-        }
-    }
-    cla
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -71,12 +30,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     clusters.upsert(&eds_cluster("backend"))?;
     cla.upsert(&endpoints("backend", &HOSTS))?;
 
+    let reporters: Vec<String> = std::env::var("HDS_REPORTERS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let env = |key: &str| std::env::var_os(key).map(PathBuf::from);
+    let tls = match (env("XDS_TLS_CERT"), env("XDS_TLS_KEY")) {
+        (Some(cert), Some(key)) => Some(tls_config(&cert, &key, env("XDS_CLIENT_CA").as_deref())?),
+        _ => None,
+    };
+    if tls.is_none() || env("XDS_CLIENT_CA").is_none() || reporters.is_empty() {
+        eprintln!(
+            "hds-to-eds: health reports need mutual TLS (XDS_TLS_CERT, XDS_TLS_KEY, \
+             XDS_CLIENT_CA) and reporters (HDS_REPORTERS); without them every report is refused"
+        );
+    }
+
     let mux = MuxCache::new()
         .route(ResourceType::Cluster, clusters.clone())
         .route(ResourceType::ClusterLoadAssignment, cla.clone());
     let config = ServerConfig { allow_anonymous: true, ..Default::default() };
     let server = XdsServer::builder(mux)
         .config(config)
+        .authorizer(Reporters::new(reporters))
         .health_discovery(HealthDiscoveryServer::new(specifier))
         .build();
 
@@ -94,7 +73,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    println!("hds-to-eds: xDS and HDS on 127.0.0.1:18000");
-    xds_examples::serve_until_ctrl_c(server.routes()).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:18000").await?;
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let grpc = tonic::transport::Server::builder().add_routes(server.routes());
+    match tls {
+        Some(tls) => {
+            println!("hds-to-eds: xDS and HDS on 127.0.0.1:18000 (TLS)");
+            let incoming = Incoming::tls(listener, TransportConfig::default(), tls);
+            grpc.serve_with_incoming_shutdown(incoming, ctrl_c).await?;
+        }
+        None => {
+            println!("hds-to-eds: xDS and HDS on 127.0.0.1:18000 (plain text: no reporter)");
+            let incoming = Incoming::plain(listener, TransportConfig::default());
+            grpc.serve_with_incoming_shutdown(incoming, ctrl_c).await?;
+        }
+    }
     Ok(())
 }

@@ -1,0 +1,44 @@
+//! A status page stays bounded in bytes however much its streams hold: a client subscribes to
+//! up to 262,144 names per type, and a page of 100 such streams used to render them all.
+#![allow(clippy::unwrap_used)]
+
+mod util;
+
+use xds_cache::SnapshotCache;
+
+use util::*;
+
+#[tokio::test]
+async fn a_page_cuts_long_subscriptions_and_counts_them() {
+    let t = serve(SnapshotCache::by_node_id()).await;
+    let many: Vec<String> =
+        (0..5_000).map(|i| format!("cluster-{i:05}-{}", "x".repeat(100))).collect();
+    let list: Vec<&str> = many.iter().map(String::as_str).collect();
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        let mut client = Sotw::ads(&t, &format!("n{i}")).await;
+        client.subscribe(CDS, &list, None).await;
+        clients.push(client);
+    }
+    eventually("three streams subscribed", || {
+        let page = t.server.status().page_json(None, 0, 100);
+        page["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| !s["types"].as_object().unwrap().is_empty())
+            .count()
+            == 3
+    })
+    .await;
+    let page = t.server.status().page_json(None, 0, 100);
+    let size = page.to_string().len();
+    assert!(size < 120 << 10, "a page of {size} bytes");
+    for stream in page["streams"].as_array().unwrap() {
+        let (_, cds) = stream["types"].as_object().unwrap().iter().next().unwrap();
+        assert_eq!(cds["names"].as_array().unwrap().len(), 100, "{cds}");
+        assert_eq!(cds["names_total"], 5_000);
+    }
+    assert_eq!(page["total"], 3);
+    assert!(page.get("next_offset").is_none());
+}
