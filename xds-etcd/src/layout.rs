@@ -15,6 +15,13 @@
 //! with an empty value: that is how a group with no resources exists (its nodes are served
 //! nothing, not the default group). `publish` writes the marker of every named group it writes;
 //! a group named only by resource keys exists too.
+//!
+//! Segments that start with `@` right under the prefix are the publisher's bookkeeping, never a
+//! group: `<prefix>@deployment` marks the prefix as one deployment's (its value names the
+//! prefix), so that a publish into a prefix nested inside another deployment's, or containing
+//! one, is refused; `<prefix>@publish` is the guard every publish rewrites, so that a publish
+//! that read the prefix before another one committed fails instead of interleaving. Replicas
+//! ignore both. A group name may not start with `@`.
 
 use xds_proto::pb::google::protobuf::Any;
 use xds_proto::{EncodedResource, TYPE_URL_PREFIX};
@@ -37,6 +44,25 @@ pub enum Key {
     Resource(ResourceKey),
     /// `<prefix>/<group>`: the group exists, even with no resource.
     Group(String),
+    /// `<prefix>@<name>`: the publisher's bookkeeping ([`DEPLOYMENT_MARKER`], [`PUBLISH_GUARD`]),
+    /// not part of the configuration.
+    Reserved(String),
+}
+
+/// The segment, right under a prefix, of the key that marks the prefix as one deployment's.
+pub const DEPLOYMENT_MARKER: &str = "@deployment";
+
+/// The segment, right under a prefix, of the key every publish rewrites.
+pub const PUBLISH_GUARD: &str = "@publish";
+
+/// The key marking `prefix` (which ends with `/`) as a deployment's.
+pub fn deployment_key(prefix: &str) -> String {
+    format!("{prefix}{DEPLOYMENT_MARKER}")
+}
+
+/// The key every publish into `prefix` (which ends with `/`) rewrites.
+pub fn guard_key(prefix: &str) -> String {
+    format!("{prefix}{PUBLISH_GUARD}")
 }
 
 impl Key {
@@ -48,6 +74,9 @@ impl Key {
     pub fn parse(prefix: &str, key: &[u8]) -> Result<Key, String> {
         let text = std::str::from_utf8(key).map_err(|_| "the key is not UTF-8".to_owned())?;
         match text.strip_prefix(prefix) {
+            Some(name) if name.starts_with('@') && !name.contains('/') => {
+                Ok(Key::Reserved(name.to_owned()))
+            }
             Some(group) if !group.is_empty() && !group.contains('/') => {
                 Ok(Key::Group(group.to_owned()))
             }
@@ -55,11 +84,12 @@ impl Key {
         }
     }
 
-    /// The group the key belongs to.
-    pub fn group(&self) -> &str {
+    /// The group the key belongs to (`None` for a reserved key, which belongs to none).
+    pub fn group(&self) -> Option<&str> {
         match self {
-            Key::Resource(key) => &key.group,
-            Key::Group(group) => group,
+            Key::Resource(key) => Some(&key.group),
+            Key::Group(group) => Some(group),
+            Key::Reserved(_) => None,
         }
     }
 }
@@ -140,6 +170,36 @@ pub fn normalize_prefix(prefix: &str) -> String {
     format!("{}/", prefix.trim_end_matches('/'))
 }
 
+/// The longest prefix accepted (a key path, not a document).
+pub const MAX_PREFIX_BYTES: usize = 512;
+
+/// Checks that `prefix` can hold one deployment of its own: not empty, not the root `/` (whose
+/// range is every key of the store, other applications' included) and not longer than
+/// [`MAX_PREFIX_BYTES`]. Returns it normalized.
+///
+/// # Errors
+///
+/// Why the prefix cannot be published into.
+pub fn deployment_prefix(prefix: &str) -> Result<String, String> {
+    if prefix.trim_end_matches('/').is_empty() {
+        return Err(format!(
+            "the prefix {prefix:?} is the whole key space (every application's keys): name a \
+             prefix of this deployment's own, e.g. /xds/prod"
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_BYTES {
+        return Err(format!("the prefix has {} bytes, more than {MAX_PREFIX_BYTES}", prefix.len()));
+    }
+    Ok(normalize_prefix(prefix))
+}
+
+/// The prefixes that contain `prefix` (which ends with `/`), outermost first, `prefix` excluded:
+/// `/a/b/` gives `/` and `/a/`.
+pub fn enclosing_prefixes(prefix: &str) -> Vec<&str> {
+    let inner = &prefix[..prefix.len().saturating_sub(1)];
+    inner.match_indices('/').map(|(i, _)| &prefix[..=i]).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,9 +230,28 @@ mod tests {
         assert_eq!(Key::parse("/xds/", b"/xds/edge"), Ok(Key::Group("edge".into())));
         let resource = Key::parse("/xds/", b"/xds/edge/envoy.config.cluster.v3.Cluster/a");
         assert!(matches!(&resource, Ok(Key::Resource(k)) if k.group == "edge" && k.name == "a"));
-        assert_eq!(resource.map(|k| k.group().to_owned()), Ok("edge".into()));
+        assert_eq!(resource.map(|k| k.group().map(str::to_owned)), Ok(Some("edge".into())));
         assert!(Key::parse("/xds/", b"/xds/").is_err(), "the default group needs no marker");
         assert!(Key::parse("/xds/", b"/xds/edge/").is_err());
+    }
+
+    #[test]
+    fn a_deployment_prefix_is_neither_empty_nor_the_root() {
+        for whole in ["", "/", "//"] {
+            assert!(deployment_prefix(whole).unwrap_err().contains("whole key space"), "{whole:?}");
+        }
+        assert_eq!(deployment_prefix("/mesh//"), Ok("/mesh/".to_owned()));
+        assert!(deployment_prefix(&"/a".repeat(300)).is_err(), "bounded");
+        assert_eq!(enclosing_prefixes("/mesh/edge/"), ["/", "/mesh/"]);
+        assert_eq!(enclosing_prefixes("mesh/"), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn the_publishers_bookkeeping_is_no_group() {
+        let marker = Key::parse("/xds/", deployment_key("/xds/").as_bytes());
+        assert_eq!(marker, Ok(Key::Reserved(DEPLOYMENT_MARKER.into())));
+        let guard = Key::parse("/xds/", guard_key("/xds/").as_bytes()).expect("parses");
+        assert_eq!(guard.group(), None);
     }
 
     #[test]

@@ -55,9 +55,15 @@ pub struct RangeRequest {
     /// One past the last key (see [`prefix_end`]).
     #[prost(bytes = "vec", tag = "2")]
     pub range_end: Vec<u8>,
+    /// At most this many keys (0: no limit).
+    #[prost(int64, tag = "3")]
+    pub limit: i64,
     /// The revision to read at (0: the newest).
     #[prost(int64, tag = "4")]
     pub revision: i64,
+    /// Only the keys, not their values.
+    #[prost(bool, tag = "8")]
+    pub keys_only: bool,
 }
 
 /// The keys read.
@@ -100,7 +106,7 @@ pub struct DeleteRangeRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RequestOp {
     /// The operation.
-    #[prost(oneof = "request_op::Request", tags = "2, 3")]
+    #[prost(oneof = "request_op::Request", tags = "1, 2, 3")]
     pub request: Option<request_op::Request>,
 }
 
@@ -109,6 +115,9 @@ pub mod request_op {
     /// One operation.
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Request {
+        /// Read keys.
+        #[prost(message, tag = "1")]
+        RequestRange(super::RangeRequest),
         /// Write a key.
         #[prost(message, tag = "2")]
         RequestPut(super::PutRequest),
@@ -118,7 +127,8 @@ pub mod request_op {
     }
 }
 
-/// A transaction's guard: compares a key range's modification revision with a number.
+/// A transaction's guard: compares a key's (or every key of a range's) creation or modification
+/// revision with a number. A key that does not exist compares as revision 0.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Compare {
     /// 0 EQUAL, 1 GREATER, 2 LESS, 3 NOT_EQUAL.
@@ -130,6 +140,9 @@ pub struct Compare {
     /// The key (the first of the range).
     #[prost(bytes = "vec", tag = "3")]
     pub key: Vec<u8>,
+    /// The revision compared with, for target CREATE.
+    #[prost(int64, optional, tag = "5")]
+    pub create_revision: Option<i64>,
     /// The revision compared with, for target MOD.
     #[prost(int64, optional, tag = "6")]
     pub mod_revision: Option<i64>,
@@ -138,8 +151,12 @@ pub struct Compare {
     pub range_end: Vec<u8>,
 }
 
+/// `Compare::result` EQUAL.
+pub const COMPARE_EQUAL: i32 = 0;
 /// `Compare::result` LESS.
 pub const COMPARE_LESS: i32 = 2;
+/// `Compare::target` CREATE.
+pub const TARGET_CREATE: i32 = 1;
 /// `Compare::target` MOD.
 pub const TARGET_MOD: i32 = 2;
 
@@ -166,6 +183,17 @@ pub struct TxnResponse {
     /// Whether the guards held (and `success` ran).
     #[prost(bool, tag = "2")]
     pub succeeded: bool,
+    /// One answer per operation that ran (`success`'s or `failure`'s).
+    #[prost(message, repeated, tag = "3")]
+    pub responses: Vec<ResponseOp>,
+}
+
+/// The answer to one operation of a transaction (only reads are decoded).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ResponseOp {
+    /// The answer to a [`request_op::Request::RequestRange`].
+    #[prost(message, optional, tag = "1")]
+    pub response_range: Option<RangeResponse>,
 }
 
 /// Discards the history before `revision`.
@@ -191,7 +219,7 @@ pub struct CompactionResponse {
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WatchRequest {
     /// What to do.
-    #[prost(oneof = "watch_request::RequestUnion", tags = "1")]
+    #[prost(oneof = "watch_request::RequestUnion", tags = "1, 3")]
     pub request_union: Option<watch_request::RequestUnion>,
 }
 
@@ -203,8 +231,16 @@ pub mod watch_request {
         /// Start a watch.
         #[prost(message, tag = "1")]
         CreateRequest(super::WatchCreateRequest),
+        /// Ask for a progress notification: etcd answers with a response of no events whose
+        /// header revision every event up to has been sent, once the watch has caught up.
+        #[prost(message, tag = "3")]
+        ProgressRequest(super::WatchProgressRequest),
     }
 }
+
+/// Asks etcd where a caught-up watch stands (etcd 3.4 and later).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WatchProgressRequest {}
 
 /// Starts watching `[key, range_end)` from `start_revision`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -348,9 +384,39 @@ impl EtcdClient {
 
     /// Every key starting with `prefix`, read at one revision.
     pub async fn range_prefix(&self, prefix: &[u8]) -> Result<RangeResponse, tonic::Status> {
-        let request =
-            RangeRequest { key: prefix.to_vec(), range_end: prefix_end(prefix), revision: 0 };
+        let request = RangeRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            ..RangeRequest::default()
+        };
         self.unary("/etcdserverpb.KV/Range", request).await
+    }
+
+    /// One key (none in the answer when it does not exist).
+    pub async fn get(&self, key: &[u8]) -> Result<RangeResponse, tonic::Status> {
+        let request = RangeRequest { key: key.to_vec(), ..RangeRequest::default() };
+        self.unary("/etcdserverpb.KV/Range", request).await
+    }
+
+    /// A cheap read that etcd answers only when its raft log serves reads (a linearizable Range
+    /// of at most one key, keys only), failing after `timeout`: whether the store answers now,
+    /// and its newest revision. The connection's keepalive notices a hung etcd only after its
+    /// own timeout; this notices it within `timeout`.
+    pub async fn probe(&self, key: &[u8], timeout: Duration) -> Result<i64, tonic::Status> {
+        let request = RangeRequest {
+            key: key.to_vec(),
+            limit: 1,
+            keys_only: true,
+            ..RangeRequest::default()
+        };
+        let read = self.unary::<_, RangeResponse>("/etcdserverpb.KV/Range", request);
+        match tokio::time::timeout(timeout, read).await {
+            Ok(answer) => Ok(answer?.header.map_or(0, |h| h.revision)),
+            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                "etcd did not answer a probe in {} ms",
+                timeout.as_millis()
+            ))),
+        }
     }
 
     /// Runs a transaction.

@@ -37,11 +37,39 @@ pub(crate) struct ConfigState {
     pub(crate) resources: std::collections::BTreeMap<&'static str, u64>,
     /// Files parsed since start (unchanged files are not parsed again).
     pub(crate) files_parsed: u64,
-    /// From etcd: why the served state may be behind the source (etcd unreachable), or `None`
-    /// while the watch is established. `/ready` answers 503 with it.
+    /// From etcd: why the served state may be behind the source (etcd does not answer, or the
+    /// replica is behind by more than `--max-lag-ms`), or `None`. `/ready` answers 503 with it
+    /// only under `--ready-when-stale unready`.
     pub(crate) stale: Option<String>,
+    /// Since when `stale` has been set; `/status` shows its age as `stale_seconds`.
+    #[serde(rename = "stale_seconds", serialize_with = "seconds_since")]
+    pub(crate) stale_since: Option<std::time::Instant>,
+    /// `stale` says the replica is behind (not that etcd is unreachable).
+    #[serde(skip)]
+    pub(crate) lagging: bool,
+    /// What `/ready` answers while stale.
+    #[serde(skip)]
+    pub(crate) ready_when_stale: crate::cli::ReadyWhenStale,
     /// From etcd: the revision served.
     pub(crate) revision: Option<i64>,
+    /// From etcd: the store's newest revision as the last probe read it, and how far behind it
+    /// the served state is (revisions, seconds).
+    pub(crate) store_revision: Option<i64>,
+    pub(crate) lag_revisions: Option<i64>,
+    pub(crate) lag_seconds: Option<f64>,
+}
+
+/// `/status` shows an instant as the seconds since it, at the time of the request.
+fn seconds_since<S: serde::Serializer>(
+    at: &Option<std::time::Instant>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => {
+            serializer.serialize_some(&((at.elapsed().as_secs_f64() * 10.0).round() / 10.0))
+        }
+        None => serializer.serialize_none(),
+    }
 }
 
 /// What `/config_dump` reads: the served snapshots and the function that picks a node's group

@@ -41,6 +41,15 @@ pub struct Args {
     /// The etcd key prefix the resources live under (`<prefix>/<group>/<type>/<name>`).
     #[arg(long, default_value = DEFAULT_PREFIX)]
     pub prefix: String,
+    /// What `/ready` answers while the served state may be stale (etcd does not answer its
+    /// probe, or the replica is behind by more than --max-lag-ms): `serve` (200: the last valid
+    /// state keeps serving, the staleness is on /status and the metrics) or `unready` (503).
+    #[arg(long, value_enum, default_value = "serve")]
+    pub ready_when_stale: ReadyWhenStale,
+    /// With --etcd: how far behind etcd (in milliseconds) the replica may be before it reports
+    /// itself stale.
+    #[arg(long, default_value_t = 5_000)]
+    pub max_lag_ms: u64,
     /// Close each gRPC connection after this many seconds (plus or minus the jitter), so that
     /// clients rebalance over replicas after one returns; they reconnect and, holding the same
     /// versions, are resent nothing. 0: never.
@@ -210,6 +219,17 @@ pub enum Command {
     },
 }
 
+/// What `/ready` answers while the served state may be stale (see `--ready-when-stale`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ReadyWhenStale {
+    /// 200: a replica serving its last valid state stays in rotation (one etcd outage must not
+    /// take every replica out at once).
+    #[default]
+    Serve,
+    /// 503: leave rotation while stale (for fleets where another region can take the load).
+    Unready,
+}
+
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -231,5 +251,15 @@ mod tests {
             .expect("a gate of 0 parses");
         assert_eq!(args.join_permits, Some(0));
         assert!(Args::try_parse_from(["xds-file-server", "--join-permits", "-1"]).is_err());
+    }
+
+    #[test]
+    fn staleness_keeps_a_replica_ready_unless_told_otherwise() {
+        let args = Args::try_parse_from(["xds-file-server"]).expect("defaults parse");
+        assert_eq!((args.ready_when_stale, args.max_lag_ms), (ReadyWhenStale::Serve, 5_000));
+        let args = Args::try_parse_from(["xds-file-server", "--ready-when-stale", "unready"])
+            .expect("parses");
+        assert_eq!(args.ready_when_stale, ReadyWhenStale::Unready);
+        assert!(Args::try_parse_from(["xds-file-server", "--ready-when-stale", "x"]).is_err());
     }
 }

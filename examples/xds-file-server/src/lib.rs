@@ -91,6 +91,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             args.config.display().to_string()
         },
+        ready_when_stale: args.ready_when_stale,
         ..Default::default()
     }));
     let files = files.map(|(loader, loaded, initial)| {
@@ -192,6 +193,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None => etcd::spawn(
             &args.etcd,
             &args.prefix,
+            Duration::from_millis(args.max_lag_ms),
             cache.clone(),
             group_names.clone(),
             state.clone(),

@@ -224,17 +224,24 @@ fn watch(path: &Path) -> (Receiver<()>, Option<notify::RecommendedWatcher>) {
     }
 }
 
-/// `/ready`: 200 while the served configuration is the newest valid one on disk; 503 with the
-/// reason while a newer one is rejected (finding 7). `/healthz` stays liveness.
+/// `/ready`: "serving a valid configuration". 503 only until one is served; a newer one that
+/// is rejected keeps the replica ready (the last good one serves, and every replica reading the
+/// same files or store rejects the same one: leaving rotation for it would take them all out at
+/// once). The rejection is an alert: `/status`, `xds_config_error`, the log. `/healthz` stays
+/// liveness.
 pub(crate) fn ready(state: &Mutex<ConfigState>) -> (axum::http::StatusCode, String) {
     let state = state.lock().unwrap_or_else(|e| e.into_inner());
     match (&state.error, state.loads) {
-        (_, 0) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n".into()),
-        (Some(error), _) => (
+        (None, 0) => {
+            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded\n".into())
+        }
+        (Some(error), 0) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the configuration on disk is rejected; the last good one keeps serving: {error}\n"
-            ),
+            format!("no valid configuration loaded: {error}\n"),
+        ),
+        (Some(error), _) => (
+            axum::http::StatusCode::OK,
+            format!("ready: the last good configuration serves; the newest is rejected: {error}\n"),
         ),
         (None, _) => (axum::http::StatusCode::OK, "ready\n".into()),
     }
@@ -280,5 +287,6 @@ pub(crate) fn config_metrics(state: &Mutex<ConfigState>) -> String {
     for (label, count) in &state.resources {
         let _ = writeln!(out, "xds_config_resources{{type=\"{label}\"}} {count}");
     }
+    out.push_str(&crate::etcd::metrics(&state));
     out
 }

@@ -13,12 +13,16 @@ use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+use xds_cache::{Snapshot, SnapshotBuilder};
 use xds_etcd::EtcdClient;
-use xds_etcd::wire::{PutRequest, RequestOp, TxnRequest, request_op};
+use xds_etcd::publish::{PublishError, plan};
+use xds_etcd::wire::{DeleteRangeRequest, PutRequest, RequestOp, TxnRequest, request_op};
+use xds_proto::builders::{eds_cluster, endpoints};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use xds_proto::{ResourceType, TypeUrl};
 
 mod common;
 use common::*;
@@ -105,6 +109,33 @@ impl Etcd {
         self.client().txn(TxnRequest { success: vec![put], ..Default::default() }).await.unwrap();
     }
 
+    /// Deletes every key under `prefix`, behind `publish`'s back (as `etcdctl del --prefix`).
+    async fn delete_prefix(&self, prefix: &[u8]) {
+        let delete = RequestOp {
+            request: Some(request_op::Request::RequestDeleteRange(DeleteRangeRequest {
+                key: prefix.to_vec(),
+                range_end: xds_etcd::wire::prefix_end(prefix),
+            })),
+        };
+        self.client()
+            .txn(TxnRequest { success: vec![delete], ..Default::default() })
+            .await
+            .unwrap();
+    }
+
+    /// Every key of the store and its value.
+    async fn all_keys(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let read = self.client().range_prefix(b"/").await.unwrap();
+        read.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()
+    }
+
+    /// Sends `signal` to etcd (SIGSTOP: it hangs, keeping its connections open).
+    fn signal(&self, signal: i32) {
+        let pid = self.child.as_ref().unwrap().id();
+        // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    }
+
     async fn revision(&self) -> i64 {
         self.client().range_prefix(b"/").await.unwrap().header.unwrap().revision
     }
@@ -183,7 +214,12 @@ fn publish(etcd: &str, prefix: &str, dir: &Path) -> (bool, String) {
 }
 
 async fn replica(etcd: &str, prefix: &str) -> Running {
-    let args = ["--etcd", etcd, "--prefix", prefix].map(str::to_owned);
+    replica_with(etcd, prefix, &[]).await
+}
+
+async fn replica_with(etcd: &str, prefix: &str, extra: &[&str]) -> Running {
+    let mut args: Vec<String> = ["--etcd", etcd, "--prefix", prefix].map(str::to_owned).into();
+    args.extend(extra.iter().map(|a| a.to_string()));
     let running = Running::start_with(&args).await;
     wait_ready(&running, true).await;
     running
@@ -418,23 +454,32 @@ async fn replicas_keep_serving_while_etcd_is_down_and_catch_up_after() {
     let dir = temp_dir("etcd-outage-config");
     write_config(&dir, &[("a", 1)]);
     assert!(publish(&etcd.url(), "/o", &dir).0);
-    let replicas = [replica(&etcd.url(), "/o").await, replica(&etcd.url(), "/o").await];
+    // Replica 0 stays in rotation while stale (the default), replica 1 leaves it.
+    let replicas = [
+        replica(&etcd.url(), "/o").await,
+        replica_with(&etcd.url(), "/o", &["--ready-when-stale", "unready"]).await,
+    ];
     let mut d = Delta::open(replicas[0].grpc, BTreeMap::new()).await;
     assert_eq!(d.next().await.0, names(&["a"]));
 
     etcd.kill();
     let down = Instant::now();
-    for r in &replicas {
-        let body = wait_ready(r, false).await;
-        assert!(body.contains("stale"), "{body}");
-    }
+    let body = wait_ready(&replicas[1], false).await;
+    assert!(body.contains("stale"), "{body}");
+    let state = replicas[0].until("stale", |s| !s["stale"].is_null()).await;
+    assert!(state["stale_seconds"].as_f64().is_some(), "the age is shown: {state}");
     // Ten seconds without etcd: both replicas serve what they have, to old and new clients.
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(down.elapsed())).await;
     for r in &replicas {
         let mut fresh = Sotw::open(r.grpc, None).await;
         assert_eq!(fresh.next().await, names(&["a"]));
-        assert!(r.get("/ready").await.unwrap().1.contains("stale"));
     }
+    assert!(replicas[1].get("/ready").await.unwrap().1.contains("stale"));
+    assert_eq!(replicas[0].get("/ready").await.unwrap().0, 200, "serve: stale, still ready");
+    let state = replicas[0].config_state().await;
+    assert!(state["stale_seconds"].as_f64().unwrap() >= 5.0, "{state}");
+    let (_, metrics) = replicas[0].get("/metrics").await.unwrap();
+    assert!(metrics.contains("xds_etcd_stale 1"), "{metrics}");
     d.quiet().await;
 
     etcd.spawn().await;
@@ -457,7 +502,7 @@ async fn a_replica_whose_revision_was_compacted_reads_everything_again() {
     let dir = temp_dir("etcd-compact-config");
     write_config(&dir, &[("a", 1), ("gone", 1)]);
     assert!(publish(&etcd.url(), "/c", &dir).0);
-    let r = replica(&proxy.url(), "/c").await;
+    let r = replica_with(&proxy.url(), "/c", &["--ready-when-stale", "unready"]).await;
     let mut d = Delta::open(r.grpc, BTreeMap::new()).await;
     assert_eq!(d.next().await.0, names(&["a", "gone"]));
 
@@ -510,15 +555,26 @@ async fn an_invalid_config_is_refused_and_changes_nothing() {
     s.quiet().await;
 
     // A value written behind publish's back that names another resource than its key: the
-    // replica rejects that revision, says so on /ready, and keeps serving.
+    // replica rejects that revision and keeps serving the last valid one. That is an alert
+    // (/status names the key, xds_config_error), not a reason to leave rotation: every replica
+    // rejects the same revision, and a readiness probe would take them all out at once.
     let value =
         xds_proto::EncodedResource::new(&Cluster { name: "y".into(), ..Default::default() })
             .unwrap()
             .to_any()
             .encode_to_vec();
     etcd.put(b"/i//envoy.config.cluster.v3.Cluster/x".to_vec(), value).await;
-    let body = wait_ready(&r, false).await;
-    assert!(body.contains("names \"y\""), "{body}");
+    let state = r.until("the revision is rejected", |s| !s["error"].is_null()).await;
+    let error = state["error"].as_str().unwrap();
+    assert!(
+        error.contains("/i//envoy.config.cluster.v3.Cluster/x") && error.contains("names \"y\""),
+        "{error}"
+    );
+    let (code, body) = r.get("/ready").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("rejected"), "{body}");
+    let (_, metrics) = r.get("/metrics").await.unwrap();
+    assert!(metrics.contains("xds_config_error 1"), "{metrics}");
     s.quiet().await;
     let mut fresh = Sotw::open(r.grpc, None).await;
     assert_eq!(fresh.next().await, names(&["a"]));
@@ -529,7 +585,16 @@ async fn an_invalid_config_is_refused_and_changes_nothing() {
     let (ok, out) = publish(&etcd.url(), "/i", &dir);
     assert!(ok && out.contains("1 deleted"), "{out}");
     assert_eq!(s.next().await, names(&["a", "b"]));
-    wait_ready(&r, true).await;
+    r.until("the error clears", |s| s["error"].is_null()).await;
+
+    // Another tool empties the prefix: refused like an emptied directory, the last state serves.
+    etcd.delete_prefix(b"/i/").await;
+    let state = r.until("the empty prefix is rejected", |s| !s["error"].is_null()).await;
+    assert!(state["error"].as_str().unwrap().contains("/i/ is empty"), "{state}");
+    assert_eq!(r.get("/ready").await.unwrap().0, 200);
+    s.quiet().await;
+    let mut fresh = Sotw::open(r.grpc, None).await;
+    assert_eq!(fresh.next().await, names(&["a", "b"]));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -556,7 +621,8 @@ async fn a_configuration_larger_than_a_grpc_message_is_loaded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_past_etcds_max_txn_ops_is_refused_whole_and_names_the_limit_to_raise() {
-    let Some(etcd) = Etcd::start_with("txn-ops", 4).await else { return };
+    // A publish also writes its two bookkeeping keys: 4 clusters need 6 operations.
+    let Some(etcd) = Etcd::start_with("txn-ops", 6).await else { return };
     let dir = temp_dir("etcd-txn-ops-config");
     let many: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
     let many: Vec<(&str, u32)> = many.iter().map(|n| (n.as_str(), 1)).collect();
@@ -565,7 +631,7 @@ async fn a_publish_past_etcds_max_txn_ops_is_refused_whole_and_names_the_limit_t
     let (ok, out) = publish(&etcd.url(), "/x", &dir);
     assert!(!ok, "{out}");
     for needed in [
-        "10 operations",
+        "12 operations",
         "too many operations in txn request",
         "--max-txn-ops",
         "nothing was written",
@@ -616,5 +682,180 @@ async fn an_empty_group_is_known_to_the_replicas_and_serves_its_nodes_nothing() 
     let (ok, out) = publish(&etcd.url(), "/e", &dir);
     assert!(ok && out.contains("1 deleted"), "{out}");
     r.until("the group is gone", |s| s["groups"] == serde_json::json!([""])).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Clusters `a` and `b` (EDS) and their endpoints in the default group, changed by `edit`.
+fn mesh(edit: impl FnOnce(&mut SnapshotBuilder)) -> BTreeMap<String, Snapshot> {
+    let mut builder = Snapshot::builder();
+    for name in ["a", "b"] {
+        builder.add(&eds_cluster(name)).unwrap();
+        builder.add(&endpoints(name, &[("10.0.0.1", 80)])).unwrap();
+    }
+    edit(&mut builder);
+    BTreeMap::from([(String::new(), builder.build_consistent().unwrap())])
+}
+
+/// Publisher A's configuration: cluster `a` and its endpoints deleted.
+fn without_a() -> BTreeMap<String, Snapshot> {
+    mesh(|b| {
+        b.remove(&TypeUrl::Builtin(ResourceType::Cluster), "a");
+        b.remove(&TypeUrl::Builtin(ResourceType::ClusterLoadAssignment), "a");
+    })
+}
+
+/// Publisher B's configuration: `b`'s endpoints changed.
+fn b_moved() -> BTreeMap<String, Snapshot> {
+    mesh(|b| {
+        b.add(&endpoints("b", &[("10.0.0.2", 80)])).unwrap();
+    })
+}
+
+/// Publisher B's configuration: a cluster `c` added that uses `a`'s endpoints.
+fn c_uses_a() -> BTreeMap<String, Snapshot> {
+    mesh(|b| {
+        let mut c = eds_cluster("c");
+        c.eds_cluster_config.as_mut().unwrap().service_name = "a".into();
+        b.add(&c).unwrap();
+    })
+}
+
+/// Forces the interleaving two concurrent publishes can take: `late` reads the prefix, `early`
+/// publishes whole, then `late` commits. `late` must fail, naming `early`'s revision, and the
+/// store must hold exactly `early`'s configuration.
+async fn race(
+    etcd: &Etcd,
+    prefix: &str,
+    late: &BTreeMap<String, Snapshot>,
+    early: &BTreeMap<String, Snapshot>,
+) {
+    let client = etcd.client();
+    xds_etcd::publish(&client, prefix, &mesh(|_| {})).await.unwrap();
+    let read = plan(&client, prefix, late).await.unwrap();
+    let won = xds_etcd::publish(&client, prefix, early).await.unwrap();
+    let lost = read.commit(&client).await;
+    let error = match lost {
+        Err(e @ PublishError::Conflict { .. }) => e.to_string(),
+        other => panic!("{prefix}: the late publish must fail whole, got {other:?}"),
+    };
+    assert_eq!(
+        error,
+        format!(
+            "another publish changed {prefix}/ at revision {}; nothing was written; publish again",
+            won.revision
+        )
+    );
+    assert_eq!(etcd.revision().await, won.revision, "{prefix}: the late publish wrote nothing");
+    // The store is `early`'s configuration, whole: publishing it again changes no key.
+    let again = xds_etcd::publish(&client, prefix, early).await.unwrap();
+    assert_eq!((again.put, again.deleted, again.revision), (0, 0, won.revision), "{prefix}");
+}
+
+/// Two publishers that read the same revision: exactly one configuration is stored, whole; the
+/// other publish fails and writes nothing. Forced in both orders, for a deletion against a
+/// change elsewhere (nothing to compare on the deleted keys: only the publish guard sees it) and
+/// for a deletion against a new reference to what is deleted (which would store an invalid
+/// configuration every replica refuses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_never_interleave_either_order_publish_guard() {
+    let Some(etcd) = Etcd::start("race").await else { return };
+    race(&etcd, "/race-delete-late", &without_a(), &b_moved()).await;
+    race(&etcd, "/race-put-late", &b_moved(), &without_a()).await;
+    race(&etcd, "/race-delete-late-ref", &without_a(), &c_uses_a()).await;
+    race(&etcd, "/race-ref-late", &c_uses_a(), &without_a()).await;
+
+    // The command commits between a plan's read and its commit: the plan fails.
+    let dir = temp_dir("etcd-race-config");
+    write_config(&dir, &[("x", 1)]);
+    let read = plan(&etcd.client(), "/race-cli", &b_moved()).await.unwrap();
+    let (ok, out) = publish(&etcd.url(), "/race-cli", &dir);
+    assert!(ok, "{out}");
+    let error = read.commit(&etcd.client()).await.unwrap_err().to_string();
+    assert!(error.starts_with("another publish changed /race-cli/ at revision"), "{error}");
+    // A writer that is not a publish (no guard rewritten) is seen by the range compare.
+    let read = plan(&etcd.client(), "/race-cli", &b_moved()).await.unwrap();
+    let value =
+        xds_proto::EncodedResource::new(&eds_cluster("z")).unwrap().to_any().encode_to_vec();
+    etcd.put(b"/race-cli//envoy.config.cluster.v3.Cluster/z".to_vec(), value).await;
+    let error = read.commit(&etcd.client()).await.unwrap_err().to_string();
+    assert!(error.starts_with("another writer changed a key under /race-cli/"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `publish` refuses the whole key space, a prefix inside another deployment's or containing
+/// one, and a prefix holding keys it did not write; other applications' keys are never touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_touches_only_its_own_keys() {
+    let Some(etcd) = Etcd::start("own-keys").await else { return };
+    let dir = temp_dir("etcd-own-keys-config");
+    write_config(&dir, &[("a", 1)]);
+    for (key, value) in [("/other/app/x", "1"), ("/meshy/k", "2"), ("/mesh-2/k", "3")] {
+        etcd.put(key.into(), value.into()).await;
+    }
+    let others = etcd.all_keys().await;
+    let before = etcd.revision().await;
+    for prefix in ["/", "", "//"] {
+        let (ok, out) = publish(&etcd.url(), prefix, &dir);
+        assert!(!ok && out.contains("whole key space"), "{prefix:?}: {out}");
+    }
+    assert_eq!(etcd.revision().await, before, "nothing written");
+
+    let (ok, out) = publish(&etcd.url(), "/mesh", &dir);
+    assert!(ok, "{out}");
+    // Nested inside a deployment, or around one: refused, nothing written.
+    let before = etcd.revision().await;
+    let (ok, out) = publish(&etcd.url(), "/mesh/edge", &dir);
+    assert!(!ok && out.contains("/mesh/edge/ is inside the deployment at /mesh/"), "{out}");
+    assert_eq!(etcd.revision().await, before, "nothing written");
+    let (ok, out) = publish(&etcd.url(), "/fleet/inner", &dir);
+    assert!(ok, "{out}");
+    let inner = etcd.client().range_prefix(b"/fleet/inner/").await.unwrap().kvs;
+    let (ok, out) = publish(&etcd.url(), "/fleet", &dir);
+    assert!(!ok && out.contains("/fleet/ contains the deployment at /fleet/inner/"), "{out}");
+    assert_eq!(etcd.client().range_prefix(b"/fleet/inner/").await.unwrap().kvs, inner);
+
+    // A key under the prefix that is not in the layout: refused and kept, not deleted.
+    etcd.put(b"/mesh/tools/notes.txt".to_vec(), b"keep me".to_vec()).await;
+    let before = etcd.revision().await;
+    let (ok, out) = publish(&etcd.url(), "/mesh", &dir);
+    assert!(
+        !ok && out.contains("outside the layout") && out.contains("/mesh/tools/notes.txt"),
+        "{out}"
+    );
+    assert_eq!(etcd.revision().await, before);
+
+    let now = etcd.all_keys().await;
+    for (key, value) in &others {
+        assert_eq!(now.get(key), Some(value), "{:?} was touched", String::from_utf8_lossy(key));
+    }
+    assert!(now.contains_key(b"/mesh/tools/notes.txt".as_slice()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A hung etcd (SIGSTOP: connections stay open, nothing answers) shows on /status within 2 s,
+/// its recovery within about 1 s; the replica stays ready and keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_etcd_shows_within_two_seconds_and_its_recovery_within_one() {
+    let Some(etcd) = Etcd::start("hung").await else { return };
+    let dir = temp_dir("etcd-hung-config");
+    write_config(&dir, &[("a", 1)]);
+    assert!(publish(&etcd.url(), "/h", &dir).0);
+    let r = replica(&etcd.url(), "/h").await;
+    r.until("the probe answers", |s| s["store_revision"].is_i64()).await;
+
+    etcd.signal(libc::SIGSTOP);
+    let hung = Instant::now();
+    let state = r.until("stale", |s| !s["stale"].is_null()).await;
+    let seen = hung.elapsed();
+    etcd.signal(libc::SIGCONT);
+    let resumed = Instant::now();
+    assert!(seen <= Duration::from_secs(2), "a hung etcd showed after {seen:?}: {state}");
+    assert!(state["stale"].as_str().unwrap().contains("probe"), "{state}");
+    r.until("recovered", |s| s["stale"].is_null()).await;
+    let recovered = resumed.elapsed();
+    assert!(recovered <= Duration::from_millis(1500), "recovery showed after {recovered:?}");
+    assert_eq!(r.get("/ready").await.unwrap().0, 200);
+    let mut fresh = Sotw::open(r.grpc, None).await;
+    assert_eq!(fresh.next().await, names(&["a"]));
     let _ = std::fs::remove_dir_all(&dir);
 }

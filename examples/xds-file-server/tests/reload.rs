@@ -164,8 +164,10 @@ async fn removing_every_file_of_the_directory_withdraws_nothing() {
     assert!(error.contains("no .yaml"), "{error}");
     sotw.quiet().await;
     delta.quiet().await;
+    // Still serving a valid configuration: ready (the refusal is an alert, not unreadiness).
     let (code, body) = server.get("/ready").await.unwrap();
-    assert_eq!(code, 503, "{body}");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("rejected") && body.contains("no .yaml"), "{body}");
 
     // A new file is served, and nothing was ever removed.
     std::fs::write(dir.join("b.yaml"), config_with(&["backend", "other"])).unwrap();
@@ -276,9 +278,14 @@ async fn ready_and_metrics_say_whether_the_newest_file_is_served() {
 
     std::fs::write(&path, "resources: [ {").unwrap();
     server.until("rejected", |s| s["error"].is_string()).await;
+    // The last good configuration serves: /ready stays 200 (a rejected file on every replica
+    // must not take them all out of rotation); the rejection is the alert.
     let (code, body) = server.get("/ready").await.unwrap();
-    assert_eq!(code, 503);
-    assert!(body.contains("config.yaml") && body.contains("syntax"), "{body}");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("rejected") && body.contains("config.yaml") && body.contains("syntax"),
+        "{body}"
+    );
     assert_eq!(server.get("/healthz").await.unwrap().0, 200, "liveness is not readiness");
     assert_eq!(server.metric("xds_config_error").await, Some(1.0));
     assert_eq!(server.metric("xds_config_reloads_total{result=\"error\"}").await, Some(1.0));
