@@ -11,15 +11,15 @@
 
 use std::collections::BTreeSet;
 
-use xds_proto::builders::endpoints;
-use xds_proto::pb::envoy::config::core::v3::health_check::{HealthChecker, TcpHealthCheck};
-use xds_proto::pb::envoy::config::core::v3::{HealthCheck, HealthStatus, Node};
-use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_proto::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
-use xds_proto::pb::envoy::service::health::v3::{
+use xds_server::proto::builders::endpoints;
+use xds_server::proto::pb::envoy::config::core::v3::health_check::{HealthChecker, TcpHealthCheck};
+use xds_server::proto::pb::envoy::config::core::v3::{HealthCheck, HealthStatus, Node};
+use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_server::proto::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+use xds_server::proto::pb::envoy::service::health::v3::{
     ClusterHealthCheck, HealthCheckSpecifier, LocalityEndpoints,
 };
-use xds_proto::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use xds_server::proto::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use xds_server::authz::{Access, Request};
 use xds_server::hds::HealthSnapshot;
 use xds_server::{Authorizer, NodeIdentity, Refusal};

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use xds_cache::LinearCache;
+use xds_server::cache::LinearCache;
 use xds_examples::health::{Reporters, assignment, specifier};
-use xds_proto::pb::envoy::config::core::v3::{HealthStatus, Node};
-use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_proto::pb::envoy::service::health::v3::health_check_request_or_endpoint_health_response::RequestType;
-use xds_proto::pb::envoy::service::health::v3::health_discovery_service_client::HealthDiscoveryServiceClient;
-use xds_proto::pb::envoy::service::health::v3::{
+use xds_server::proto::pb::envoy::config::core::v3::{HealthStatus, Node};
+use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_server::proto::pb::envoy::service::health::v3::health_check_request_or_endpoint_health_response::RequestType;
+use xds_server::proto::pb::envoy::service::health::v3::health_discovery_service_client::HealthDiscoveryServiceClient;
+use xds_server::proto::pb::envoy::service::health::v3::{
     ClusterEndpointsHealth, EndpointHealth, EndpointHealthResponse, HealthCheckRequest,
     HealthCheckRequestOrEndpointHealthResponse, LocalityEndpointsHealth,
 };
@@ -51,7 +51,7 @@ fn only_a_listed_reporter_proven_by_its_certificate_may_report() {
     let unlisted = report(&policy, &peer(&["envoy-7"]), "envoy-7").unwrap_err();
     assert!(unlisted.contains("not an authorized health reporter"), "{unlisted}");
     // Reading configuration stays open to anyone, as in the rest of the example.
-    let t = xds_proto::TypeUrl::from(xds_proto::ResourceType::ClusterLoadAssignment);
+    let t = xds_server::proto::TypeUrl::from(xds_server::proto::ResourceType::ClusterLoadAssignment);
     let n = node("anyone");
     let read = Request {
         peer: &Peer::default(),
@@ -75,11 +75,11 @@ async fn an_anonymous_reporter_cannot_mark_endpoints_unhealthy() {
     let addr = listener.local_addr().unwrap();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tokio::spawn(
-        tonic::transport::Server::builder()
+        xds_server::tonic::transport::Server::builder()
             .add_routes(server.routes())
             .serve_with_incoming(incoming),
     );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let channel = xds_server::tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
@@ -121,7 +121,7 @@ async fn an_anonymous_reporter_cannot_mark_endpoints_unhealthy() {
         .await
         .expect("an answer in time")
         .expect_err("the stream is refused");
-    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(status.code(), xds_server::tonic::Code::PermissionDenied, "{status:?}");
 
     let hds = server.health_discovery().unwrap();
     assert_eq!(hds.rejected("refused"), 1);

@@ -54,8 +54,8 @@ where
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use xds_proto::pb::envoy::config::core::v3::Node;
-/// use xds_proto::pb::envoy::service::health::v3::HealthCheckSpecifier;
+/// use xds_server::proto::pb::envoy::config::core::v3::Node;
+/// use xds_server::proto::pb::envoy::service::health::v3::HealthCheckSpecifier;
 /// use xds_server::hds::HealthDiscoveryServer;
 ///
 /// // Every node checks the same endpoints (fill in cluster_health_checks).
@@ -70,7 +70,7 @@ where
 ///         }
 ///     }
 /// });
-/// tonic::transport::Server::builder()
+/// xds_server::tonic::transport::Server::builder()
 ///     .add_routes(hds.routes())
 ///     .serve("127.0.0.1:18000".parse()?)
 ///     .await?;

@@ -113,7 +113,7 @@ impl LoadReportPolicy for ReportRequest {
 ///         }
 ///     }
 /// });
-/// tonic::transport::Server::builder()
+/// xds_server::tonic::transport::Server::builder()
 ///     .add_routes(lrs.routes())
 ///     .serve("127.0.0.1:18000".parse()?)
 ///     .await?;

@@ -13,12 +13,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use xds_cache::{LinearCache, MuxCache};
+use xds_server::cache::{LinearCache, MuxCache};
 use xds_examples::health::{HOSTS, Reporters, assignment, specifier};
-use xds_proto::ResourceType;
-use xds_proto::builders::{eds_cluster, endpoints};
-use xds_proto::pb::envoy::config::cluster::v3::Cluster;
-use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use xds_server::proto::ResourceType;
+use xds_server::proto::builders::{eds_cluster, endpoints};
+use xds_server::proto::pb::envoy::config::cluster::v3::Cluster;
+use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use xds_server::hds::HealthDiscoveryServer;
 use xds_server::transport::{Incoming, TransportConfig, tls_config};
 use xds_server::{ServerConfig, XdsServer};
@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    let grpc = tonic::transport::Server::builder().add_routes(server.routes());
+    let grpc = xds_server::tonic::transport::Server::builder().add_routes(server.routes());
     match tls {
         Some(tls) => {
             println!("hds-to-eds: xDS and HDS on 127.0.0.1:18000 (TLS)");
