@@ -189,8 +189,9 @@ pub type Grouping = Arc<dyn Fn(&Node) -> String + Send + Sync>;
 /// **Identity.** The leaf certificate must carry a DNS or URI subject alternative name equal to
 /// the node id, or a SPIFFE id `spiffe://<trust-domain>/<path>` whose trust domain is one of
 /// [`trust_domain`](Self::trust_domain) and whose last path segment is the node id
-/// (`spiffe://mesh.example/ns/default/sa/envoy-1` for node `envoy-1`). A SPIFFE id in any other
-/// trust domain names nobody.
+/// (`spiffe://mesh.example/ns/default/sa/envoy-1` for node `envoy-1`), or, with
+/// [`spiffe_path`](Self::spiffe_path), whose whole path matches a template. A SPIFFE id in any
+/// other trust domain names nobody.
 ///
 /// **Grouping.** With [`grouping`](Self::grouping), the group the whole node selects must be
 /// the group a node carrying only the certified id selects (or one of the
@@ -201,6 +202,8 @@ pub type Grouping = Arc<dyn Fn(&Node) -> String + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct NodeIdentity {
     trust_domains: Vec<String>,
+    /// The SPIFFE path's segments, if a template was set: literal, `*` or `{node}`.
+    spiffe_path: Option<Vec<String>>,
     grouping: Option<Grouping>,
     shared_groups: Vec<String>,
 }
@@ -209,6 +212,7 @@ impl std::fmt::Debug for NodeIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeIdentity")
             .field("trust_domains", &self.trust_domains)
+            .field("spiffe_path", &self.spiffe_path)
             .field("grouping", &self.grouping.is_some())
             .field("shared_groups", &self.shared_groups)
             .finish()
@@ -225,6 +229,18 @@ impl NodeIdentity {
     #[must_use]
     pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
         self.trust_domains.push(domain.into().to_ascii_lowercase());
+        self
+    }
+
+    /// Matches a SPIFFE id's whole path against `template` instead of taking its last segment
+    /// as the node id: segments separated by `/`, each literal, `*` (any one segment) or
+    /// `{node}` (the node id), e.g. `/ns/prod/sa/{node}`. The last segment alone lets a workload
+    /// of any namespace or kind that happens to end in a node's id speak as that node; a
+    /// template pins where the id must sit and what surrounds it.
+    #[must_use]
+    pub fn spiffe_path(mut self, template: &str) -> Self {
+        let segments = template.trim_start_matches('/').split('/').map(str::to_owned).collect();
+        self.spiffe_path = Some(segments);
         self
     }
 
@@ -246,9 +262,20 @@ impl NodeIdentity {
         if let Some(rest) = san.strip_prefix("spiffe://") {
             // spiffe://<trust-domain>/<path>: the domain must be ours, the last segment the id.
             let Some((domain, path)) = rest.split_once('/') else { return false };
+            let path_names_id = match &self.spiffe_path {
+                Some(template) => {
+                    let segments: Vec<&str> = path.split('/').collect();
+                    segments.len() == template.len()
+                        && template.iter().zip(&segments).all(|(t, s)| match t.as_str() {
+                            "*" => !s.is_empty(),
+                            "{node}" => *s == id,
+                            literal => literal == *s,
+                        })
+                }
+                None => !path.is_empty() && path.rsplit('/').next() == Some(id),
+            };
             return self.trust_domains.iter().any(|d| d.eq_ignore_ascii_case(domain))
-                && !path.is_empty()
-                && path.rsplit('/').next() == Some(id);
+                && path_names_id;
         }
         san == id
     }
@@ -411,6 +438,26 @@ mod tests {
         assert!(ask(&p, &theirs, &node("envoy-2", "")).is_err());
         // Without a configured domain, no SPIFFE id names anyone.
         assert!(ask(&NodeIdentity::new(), &ours, &node("envoy-2", "")).is_err());
+    }
+
+    #[test]
+    fn a_spiffe_path_template_pins_where_the_node_id_sits() {
+        let last = NodeIdentity::new().trust_domain("mesh.example");
+        let pinned = last.clone().spiffe_path("/ns/prod/sa/{node}");
+        let prod = peer(&["spiffe://mesh.example/ns/prod/sa/envoy-2"]);
+        let dev = peer(&["spiffe://mesh.example/ns/dev/sa/envoy-2"]);
+        let deeper = peer(&["spiffe://mesh.example/x/ns/prod/sa/envoy-2"]);
+        // The last segment alone: a workload of another namespace speaks as envoy-2.
+        assert_eq!(ask(&last, &dev, &node("envoy-2", "")), Ok(()));
+        // The template: only the prod service account of that name.
+        assert_eq!(ask(&pinned, &prod, &node("envoy-2", "")), Ok(()));
+        assert!(ask(&pinned, &dev, &node("envoy-2", "")).is_err());
+        assert!(ask(&pinned, &deeper, &node("envoy-2", "")).is_err());
+        assert!(ask(&pinned, &prod, &node("prod", "")).is_err());
+        let any_ns = last.spiffe_path("/ns/*/sa/{node}");
+        assert_eq!(ask(&any_ns, &dev, &node("envoy-2", "")), Ok(()));
+        let empty_ns = peer(&["spiffe://mesh.example/ns//sa/envoy-2"]);
+        assert!(ask(&any_ns, &empty_ns, &node("envoy-2", "")).is_err());
     }
 
     #[test]

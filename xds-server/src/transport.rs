@@ -1,6 +1,12 @@
-//! Accepting connections for the gRPC and REST ports: TLS with client certificates, a deadline
-//! for the TLS handshake and the first bytes of the protocol, and an accept loop that backs off
-//! on errors (out of file descriptors, say) instead of spinning.
+//! Accepting connections for the gRPC, REST and admin ports: TLS with client certificates, a
+//! deadline for the TLS handshake and the first bytes of the protocol, an accept loop that backs
+//! off on errors (out of file descriptors, say) instead of spinning, and, where set, a cap on the
+//! connections open at once and an idle timeout. [`serve_http`] serves an HTTP router on it with
+//! a deadline for each request's headers.
+//!
+//! A listener's connection cap is what keeps one port's peers from taking the process's file
+//! descriptors from the others: past it, connections wait in the kernel's backlog, which costs
+//! the process none.
 //!
 //! [`Incoming`] is both a `Stream` of connections for tonic's
 //! `serve_with_incoming_shutdown` and an [`axum::serve::Listener`] whose address is the
@@ -22,12 +28,14 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::server::TlsStream;
+use tokio_util::sync::PollSemaphore;
 
 use crate::authz::Peer;
 
@@ -57,6 +65,17 @@ pub struct TransportConfig {
     /// `max_connection_age` either way (0.1), so connections opened together (after a replica
     /// restart) do not all close together.
     pub max_connection_age_jitter: f64,
+    /// Connections open at once, handshakes included (`None`, the default: no cap). Past it,
+    /// nothing more is accepted until one closes: new connections wait in the kernel's backlog,
+    /// holding no file descriptor of the process.
+    pub max_connections: Option<usize>,
+    /// Close a connection on which nothing was read or written for this long (`None`, the
+    /// default: never). For ports with short requests only (admin): a REST long poll or an xDS
+    /// stream may rightly be quiet for a long time.
+    pub idle_timeout: Option<Duration>,
+    /// With [`serve_http`]: an HTTP/1 request's headers must arrive within this time (10 s), or
+    /// the connection is closed (a client sending a byte now and then holds no connection).
+    pub header_read_timeout: Duration,
 }
 
 impl Default for TransportConfig {
@@ -69,6 +88,9 @@ impl Default for TransportConfig {
             nodelay: true,
             max_connection_age: None,
             max_connection_age_jitter: 0.1,
+            max_connections: None,
+            idle_timeout: None,
+            header_read_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -187,6 +209,9 @@ pub struct Incoming<S> {
     handshakes: FuturesUnordered<Handshake<S>>,
     backoff: Option<Pin<Box<Sleep>>>,
     next_backoff: Duration,
+    /// The connection cap's slots (`max_connections`), and one taken for the next accept.
+    slots: Option<PollSemaphore>,
+    reserved: Option<OwnedSemaphorePermit>,
 }
 
 impl<S> std::fmt::Debug for Incoming<S> {
@@ -230,6 +255,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
             listener,
             upgrade,
             next_backoff: config.accept_backoff,
+            slots: config.max_connections.map(|n| PollSemaphore::new(Arc::new(Semaphore::new(n)))),
+            reserved: None,
             config,
             handshakes: FuturesUnordered::new(),
             backoff: None,
@@ -252,6 +279,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                 }
                 self.backoff = None;
             }
+            // At the cap, accept nothing until a connection closes (its slot wakes this).
+            if self.reserved.is_none()
+                && let Some(slots) = &mut self.slots
+            {
+                match slots.poll_acquire(cx) {
+                    Poll::Ready(slot) => self.reserved = slot,
+                    Poll::Pending => return,
+                }
+            }
             match self.listener.poll_accept(cx) {
                 Poll::Pending => return,
                 Poll::Ready(Ok((tcp, addr))) => {
@@ -265,9 +301,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                         .max_connection_age
                         .map(|age| jittered(age, self.config.max_connection_age_jitter));
                     let upgrade = (self.upgrade)(tcp);
+                    let slot = self.reserved.take();
+                    let idle = self.config.idle_timeout;
                     self.handshakes.push(Box::pin(async move {
                         match tokio::time::timeout_at(deadline, upgrade).await {
-                            Ok(Ok(io)) => Some(Conn::new(io, deadline, max_age)),
+                            Ok(Ok(io)) => Some(Conn::new(io, deadline, max_age, idle, slot)),
                             Ok(Err(e)) => {
                                 tracing::debug!(%addr, error = %e, "TLS handshake failed");
                                 None
@@ -356,6 +394,10 @@ pub struct Conn<S> {
     read: usize,
     /// When the connection has lived its [`TransportConfig::max_connection_age`].
     expires: Option<Pin<Box<Sleep>>>,
+    /// [`TransportConfig::idle_timeout`], and when it runs out unless bytes move.
+    idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// Its place under [`TransportConfig::max_connections`], given back when it closes.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 /// `age` varied at random by up to `jitter` (a fraction) either way.
@@ -369,13 +411,36 @@ fn jittered(age: Duration, jitter: f64) -> Duration {
 }
 
 impl<S> Conn<S> {
-    fn new(inner: S, deadline: Instant, max_age: Option<Duration>) -> Self {
+    fn new(
+        inner: S,
+        deadline: Instant,
+        max_age: Option<Duration>,
+        idle: Option<Duration>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Self {
         Conn {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
             read: 0,
             expires: max_age.map(|age| Box::pin(tokio::time::sleep(age))),
+            idle: idle.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
+            _slot: slot,
         }
+    }
+
+    /// After a read or write: bytes moved (the idle timer starts again), or it waits, and the
+    /// error to end the connection with if it has been idle too long.
+    fn check_idle(&mut self, cx: &mut Context<'_>, moved: bool) -> Option<io::Error> {
+        let (timeout, sleep) = self.idle.as_mut()?;
+        if moved {
+            sleep.as_mut().reset(Instant::now() + *timeout);
+            return None;
+        }
+        sleep
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+            .then(|| io::Error::new(io::ErrorKind::TimedOut, "the connection was idle too long"))
     }
 
     /// The connection inside.
@@ -414,6 +479,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
                 )));
             }
         }
+        let moved = matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before;
+        if (moved || polled.is_pending())
+            && let Some(error) = this.check_idle(cx, moved)
+        {
+            return Poll::Ready(Err(error));
+        }
         polled
     }
 }
@@ -424,7 +495,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let moved = matches!(polled, Poll::Ready(Ok(n)) if n > 0);
+        if (moved || polled.is_pending())
+            && let Some(error) = self.check_idle(cx, moved)
+        {
+            return Poll::Ready(Err(error));
+        }
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -440,7 +518,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let moved = matches!(polled, Poll::Ready(Ok(n)) if n > 0);
+        if (moved || polled.is_pending())
+            && let Some(error) = self.check_idle(cx, moved)
+        {
+            return Poll::Ready(Err(error));
+        }
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -454,6 +539,57 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()
     }
+}
+
+/// Serves `router` over HTTP/1.1 and HTTP/2 on `incoming` until `shutdown` completes, then waits
+/// for open connections to finish their requests. Every request carries its connection's
+/// [`Peer`] as `axum::extract::ConnectInfo<Peer>` (for the authorization point), and an HTTP/1
+/// request's headers must arrive within [`TransportConfig::header_read_timeout`]; together with
+/// [`Incoming`]'s guards (handshake deadline, connection cap, idle timeout) a port served this
+/// way holds no connection a peer leaves idle or trickles bytes into.
+pub async fn serve_http<S>(
+    mut incoming: Incoming<S>,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + PeerInfo + 'static,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(incoming.config.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let conn = tokio::select! {
+            _ = &mut shutdown => break,
+            conn = incoming.next() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(_)) => continue,
+                None => break,
+            },
+        };
+        let peer = conn.inner.peer();
+        let service = tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(axum::extract::ConnectInfo(peer.clone()));
+                request
+            },
+        );
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let served = builder.serve_connection_with_upgrades(TokioIo::new(conn), service);
+        let served = graceful.watch(served.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = served.await {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+        });
+    }
+    graceful.shutdown().await;
 }
 
 #[cfg(test)]

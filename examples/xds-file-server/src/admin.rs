@@ -1,7 +1,7 @@
 //! The admin listener: `/healthz`, `/ready`, `/metrics`, `/status`, `/config_dump` and CSDS as
 //! JSON (`/metrics` and `/status` include the load clients report over LRS, served on the gRPC
-//! port). It has no authentication: bind it to localhost (the default) or a management network
-//! only.
+//! port). On loopback it asks no credentials; elsewhere it needs a token or mTLS
+//! (`admin_access.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -67,10 +67,26 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:18001")]
     pub http_addr: SocketAddr,
     /// Where the admin endpoints listen: /healthz, /metrics, /status and CSDS
-    /// (`POST /v3/discovery:client_status`). Plain HTTP and no authentication: keep it on
-    /// localhost (see docs/security.md).
+    /// (`POST /v3/discovery:client_status`). On a loopback address it needs no credentials;
+    /// anywhere else the server refuses to start without --admin-token-file or
+    /// --admin-client-ca (see docs/security.md).
     #[arg(long, default_value = "127.0.0.1:18002")]
     pub admin_addr: SocketAddr,
+    /// A file holding the admin port's bearer token (read once, at start): every request but
+    /// /healthz then needs `Authorization: Bearer <token>` (401 otherwise).
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
+    /// PEM CA bundle: serve the admin port over TLS (--tls-cert, --tls-key) and require a client
+    /// certificate signed by it. Use a CA of operators, not the proxies' one.
+    #[arg(long, requires = "tls_cert")]
+    pub admin_client_ca: Option<PathBuf>,
+    /// Connections the admin port keeps open at once; more wait in the kernel's backlog, so it
+    /// never takes the file descriptors the xDS ports need.
+    #[arg(long, default_value_t = 64)]
+    pub admin_max_connections: usize,
+    /// Close an admin connection on which nothing moved for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub admin_idle_timeout_s: u64,
     /// PEM certificate chain for TLS on the gRPC and REST ports.
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,

@@ -6,18 +6,17 @@
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::lrs::{LoadReportingServer, ReportRequest};
-use xds_server::transport::{Incoming, PeerInfo, TransportConfig, tls_config};
+use xds_server::transport::{Incoming, TransportConfig, serve_http, tls_config};
 use xds_server::{
-    FileFormat, FileWriter, Limits, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets,
-    XdsServer,
+    FileFormat, FileWriter, Limits, NodeIdentity, ServerConfig, UnauthenticatedSecrets, XdsServer,
 };
 
 mod admin;
+mod admin_access;
 mod banner;
 pub mod check;
 pub mod cli;
@@ -153,6 +152,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))
     };
+    let admin_access = admin_access::admin_access(
+        args.admin_addr,
+        args.admin_token_file.as_deref(),
+        args.admin_client_ca.as_deref(),
+    )
+    .map_err(|e| format!("cannot start: {e}"))?;
     let grpc_listener = bind(args.grpc_addr).await?;
     let http_listener = bind(args.http_addr).await?;
     let admin_listener = bind(args.admin_addr).await?;
@@ -160,8 +165,14 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         (Some(cert), Some(key)) => Some(tls_config(cert, key, args.client_ca.as_deref())?),
         _ => None,
     };
+    let admin_tls = match (&args.tls_cert, &args.tls_key, &args.admin_client_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(tls_config(cert, key, Some(ca))?),
+        _ => None,
+    };
+    // A request's headers get as long as a connection's first bytes (HTTP ports).
     let transport = TransportConfig {
         handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
+        header_read_timeout: Duration::from_secs(args.handshake_timeout_s),
         ..Default::default()
     };
     // Only the gRPC port's connections age: REST requests are short-lived.
@@ -214,26 +225,40 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let dump = ConfigDump { cache: cache.clone(), grouping: Arc::new(grouping_for_dump) };
-    let admin = admin_router(&server, state.clone(), dump);
-    let admin_shutdown = server.shutting_down();
-    tokio::spawn(async move {
-        let served =
-            axum::serve(admin_listener, admin).with_graceful_shutdown(admin_shutdown).await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the admin server failed");
-        }
-    });
+    let mut admin = admin_router(&server, state.clone(), dump);
+    if let admin_access::AdminAccess::Token(token) = admin_access {
+        admin = admin_access::require_token(admin, token);
+    }
+    // The admin port has the xDS ports' guards, and a connection cap of its own: idle or slow
+    // connections to it are closed, and it never holds more descriptors than its cap.
+    let admin_transport = TransportConfig {
+        max_connections: Some(args.admin_max_connections.max(1)),
+        idle_timeout: Some(Duration::from_secs(args.admin_idle_timeout_s.max(1))),
+        ..transport.clone()
+    };
+    match admin_tls {
+        Some(tls) => tokio::spawn(serve_http(
+            Incoming::tls(admin_listener, admin_transport, tls),
+            admin,
+            server.shutting_down(),
+        )),
+        None => tokio::spawn(serve_http(
+            Incoming::plain(admin_listener, admin_transport),
+            admin,
+            server.shutting_down(),
+        )),
+    };
     let rest = server.discovery_router();
     match &tls {
-        Some(tls) => tokio::spawn(serve_rest(
+        Some(tls) => tokio::spawn(serve_http(
             Incoming::tls(http_listener, transport.clone(), tls.clone()),
             rest,
-            server.clone(),
+            server.shutting_down(),
         )),
-        None => tokio::spawn(serve_rest(
+        None => tokio::spawn(serve_http(
             Incoming::plain(http_listener, transport.clone()),
             rest,
-            server.clone(),
+            server.shutting_down(),
         )),
     };
     if args.log_format == cli::LogFormat::Text {
@@ -282,20 +307,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
-}
-
-/// Serves REST-JSON xDS on `incoming`, each request carrying its connection's [`Peer`] for the
-/// authorization point.
-async fn serve_rest<S>(incoming: Incoming<S>, router: axum::Router, server: XdsServer)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + PeerInfo + 'static,
-{
-    let served = axum::serve(incoming, router.into_make_service_with_connect_info::<Peer>())
-        .with_graceful_shutdown(server.shutting_down())
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "the REST server failed");
-    }
 }
 
 async fn wait_for_signal() {
