@@ -9,8 +9,9 @@
 //!
 //! Replicas agree because versions are content hashes: the same keys give the same
 //! [`EncodedResource`](xds_proto::EncodedResource) versions and the same per-type versions in
-//! every process (rule S16), so a client that moves to another replica is resent nothing it
-//! holds.
+//! every process (rule S16), so a delta client that moves to another replica is resent nothing
+//! it holds (a SotW client: nothing of the full-state types, its named subscriptions once; see
+//! `docs/scaling.md`).
 //!
 //! The crate speaks etcd's v3 gRPC API itself ([`wire`]): the `etcd-client` crate needs `protoc`
 //! to build, and this workspace builds with the Rust toolchain alone.
@@ -21,6 +22,8 @@ pub mod source;
 pub mod wire;
 
 pub use layout::{Key, ResourceKey, decode_value, group_key, normalize_prefix};
-pub use publish::{PublishError, Published, publish};
-pub use source::{Change, DEFAULT_GROUP, EtcdSource, Mirror, SourceEvent, publish_to_cache};
+pub use publish::{Plan, PublishError, Published, plan, publish};
+pub use source::{
+    Change, DEFAULT_GROUP, EtcdSource, Lag, Mirror, Probe, SourceEvent, publish_to_cache,
+};
 pub use wire::EtcdClient;

@@ -435,6 +435,9 @@ pub enum SourceEvent<'a> {
 /// revision (at a time), and what the watch confirmed applied (each applied revision, and etcd's
 /// progress notifications, which come only once the watch has sent everything up to their
 /// revision). Sans-IO: time is a parameter.
+///
+/// etcd before 3.4.24 and 3.5.8 answers a progress request at once, even while the watch still
+/// has events to send: against those versions the lag under-reports.
 #[derive(Debug, Default)]
 pub struct Lag {
     /// Every revision up to this one is applied (or concerned no key of the prefix).

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Replicas over etcd: a real etcd, a configuration of CLUSTERS EDS clusters (3 endpoints each)
 # published into it with `xds-file-server publish`, REPLICAS `xds-file-server --etcd` replicas, and
-# CLIENTS delta clients spread over them round-robin (xds-load, --reconnect: a client whose stream
-# breaks reconnects to the next replica presenting what it holds). After the storm xds-load prints
+# CLIENTS delta (MODE=sotw: SotW) clients spread over them round-robin (xds-load, --reconnect: a
+# client whose stream breaks reconnects to the next replica presenting what it holds). After the storm xds-load prints
 # READY FOR FAILOVER and replica 0 is killed (-9, not restarted). Its clients must each reconnect to
 # another replica and get their first response there within FAILOVER_WAIT_S, and nothing a client
 # held may be sent again ("resent after reconnect: 0"). Then UPDATES updates, each a rewritten
 # endpoints file and an `xds-file-server publish` (one etcd transaction), must reach every client
 # on every surviving replica: the report's "all updates" line is publish -> all clients.
 #
-# Env (defaults): CLIENTS (1000) CLUSTERS (1000) REPLICAS (3) UPDATES (20) INTERVAL_MS (200)
+# Env (defaults): MODE (delta, or sotw: the clients' protocol variant) CLIENTS (1000) CLUSTERS
+# (1000) REPLICAS (3) UPDATES (20) INTERVAL_MS (200)
 # FAILOVER_WAIT_S (60) BASE_PORT (18220: replica i listens on BASE_PORT+3i .. +3i+2) ETCD_PORT
 # (18250, and +1 for its peer port), REPLICA_ARGS (more flags for every replica, e.g.
 # `--join-permits 0`), and those of lib.sh. Needs the `etcd` binary (Debian:
@@ -143,7 +144,7 @@ echo "== etcd (pid $ETCD_PID) and $REPLICAS replicas (pids ${REPLICA_PIDS[*]}) s
 out="$WORK/load.out"
 servers_csv=$(IFS=,; echo "${servers[*]}")
 "$WORK/xds-load" --server "$servers_csv" --trigger-cmd "bash $WORK/update.sh {k}" \
-  --clients "$CLIENTS" --mode delta --updates "${UPDATES:-20}" --interval-ms "${INTERVAL_MS:-200}" \
+  --clients "$CLIENTS" --mode "${MODE:-delta}" --updates "${UPDATES:-20}" --interval-ms "${INTERVAL_MS:-200}" \
   --restart-wait-s "${FAILOVER_WAIT_S:-60}" --failover 0 --brief >"$out" 2>&1 &
 LOAD_PID=$!
 wait_for_marker "READY FOR FAILOVER" "$out" "$LOAD_PID" replicas

@@ -859,3 +859,111 @@ async fn a_hung_etcd_shows_within_two_seconds_and_its_recovery_within_one() {
     assert_eq!(fresh.next().await, names(&["a"]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A measurement, not a check (run it alone, with `--ignored --nocapture`): a replica over
+/// FLEET_KEYS keys (default 100,000) while one key is written per revision at FLEET_RATE
+/// revisions per second (default 500) for FLEET_SECONDS (default 10). Prints the replica's own
+/// `lag_seconds` (its maximum over samples every 100 ms), the revisions between etcd's newest and
+/// the one served, and how long the replica took to catch up once the writes stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: 100,000 keys, 500 one-key revisions per second"]
+async fn measure_replica_lag_under_one_key_revisions() {
+    let number = |name: &str, default: u64| {
+        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let (keys, rate, seconds) =
+        (number("FLEET_KEYS", 100_000), number("FLEET_RATE", 500), number("FLEET_SECONDS", 10));
+    let Some(etcd) = Etcd::start("lag").await else { return };
+    let client = etcd.client();
+    let value = |i: u64, timeout: u64| {
+        let cluster = Cluster {
+            name: format!("c{i}"),
+            connect_timeout: Some(xds_proto::pb::google::protobuf::Duration {
+                seconds: timeout as i64,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        xds_proto::EncodedResource::new(&cluster).unwrap().to_any().encode_to_vec()
+    };
+    let key = |i: u64| format!("/lag//envoy.config.cluster.v3.Cluster/c{i}").into_bytes();
+    let put = |key: Vec<u8>, value: Vec<u8>| RequestOp {
+        request: Some(request_op::Request::RequestPut(PutRequest { key, value })),
+    };
+    let started = Instant::now();
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(5_000) {
+        let ops = chunk.iter().map(|&i| put(key(i), value(i, 1))).collect();
+        client.txn(TxnRequest { success: ops, ..Default::default() }).await.unwrap();
+    }
+    let loaded = etcd.revision().await;
+    eprintln!("{keys} keys written in {:?}", started.elapsed());
+    let args = ["--etcd", &etcd.url(), "--prefix", "/lag"].map(str::to_owned);
+    let r = Running::start_with(&args).await;
+    let started = Instant::now();
+    loop {
+        let state = r.config_state().await;
+        if state["revision"].as_i64() >= Some(loaded) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "never loaded: {state}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("the replica loaded them in {:?}", started.elapsed());
+
+    let newest = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(loaded));
+    let writer = {
+        let (client, newest) = (client.clone(), newest.clone());
+        tokio::spawn(async move {
+            let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+            for n in 0..rate * seconds {
+                tick.tick().await;
+                let permit = in_flight.clone().acquire_owned().await.unwrap();
+                let (client, newest) = (client.clone(), newest.clone());
+                let op = put(key(n % keys), value(n % keys, 2 + n));
+                tokio::spawn(async move {
+                    let done = client.txn(TxnRequest { success: vec![op], ..Default::default() });
+                    if let Ok(answer) = done.await {
+                        let revision = answer.header.map_or(0, |h| h.revision);
+                        newest.fetch_max(revision, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    drop(permit);
+                });
+            }
+            let _ = in_flight.acquire_many(64).await;
+        })
+    };
+    let (mut max_lag, mut behinds) = (0.0_f64, Vec::new());
+    let writing = Instant::now();
+    while !writer.is_finished() {
+        let state = r.config_state().await;
+        let served = state["revision"].as_i64().unwrap_or(0);
+        max_lag = max_lag.max(state["lag_seconds"].as_f64().unwrap_or(0.0));
+        behinds.push(newest.load(std::sync::atomic::Ordering::Relaxed) - served);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wrote = writing.elapsed();
+    let last = newest.load(std::sync::atomic::Ordering::Relaxed);
+    let stopped = Instant::now();
+    loop {
+        if r.config_state().await["revision"].as_i64() >= Some(last) {
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(600), "never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let series = format!("{behinds:?}");
+    behinds.sort_unstable();
+    let at = |q: f64| behinds[((behinds.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "RESULT keys={keys} rate={rate}/s for {wrote:?} ({} revisions): max lag_seconds {max_lag:.3} s; \
+         revisions behind etcd over {} samples: p50 {} p90 {} max {}; caught up {:?} after the last \
+         write\nbehind, in sample order: {series}",
+        last - loaded,
+        behinds.len(),
+        at(0.5),
+        at(0.9),
+        at(1.0),
+        stopped.elapsed()
+    );
+}
