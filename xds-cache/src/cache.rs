@@ -70,13 +70,13 @@ impl<C: Cache + ?Sized> Cache for Arc<C> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheError {
     /// The cache serves no resources of this type (rule S3): `InvalidArgument`.
-    #[error("unknown resource type {type_url}")]
+    #[error("unknown resource type {}", xds_core::echo(type_url))]
     UnknownType {
         /// The requested type URL.
         type_url: String,
     },
     /// The type is served, but not over this variant (e.g. VHDS over SotW): `Unimplemented`.
-    #[error("{type_url} is not served over {variant:?}")]
+    #[error("{} is not served over {variant:?}", xds_core::echo(type_url))]
     UnsupportedVariant {
         /// The requested type URL.
         type_url: String,

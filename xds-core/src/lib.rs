@@ -44,6 +44,7 @@
 
 mod delta;
 mod digest;
+mod echo;
 mod flow;
 mod held;
 mod message;
@@ -58,6 +59,7 @@ mod tracker;
 pub mod xdstp;
 
 pub use digest::NamesDigest;
+pub use echo::{Echo, MAX_ECHO_BYTES, echo};
 pub use message::{
     DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwNames,
     SotwRequest, SotwResponse,

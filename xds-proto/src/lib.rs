@@ -2,6 +2,9 @@
 //! resource-type registry, resource names and references, encode-once resources and proto3
 //! JSON/YAML transcoding.
 //!
+//! [`redact_json`] hides every field the API marks `(udpa.annotations.sensitive)` (and whole
+//! `Secret`s) in a resource's JSON, for anything that shows resources to people.
+//!
 //! [`validate`] checks a resource against the `validate.rules` annotations of Envoy's protos, as
 //! Envoy will before accepting it.
 //!
@@ -29,6 +32,7 @@ mod canonical;
 mod descriptor;
 mod encoded;
 mod json;
+mod redact;
 mod refs;
 mod resource;
 mod resource_type;
@@ -43,6 +47,10 @@ pub use canonical::canonical_bytes;
 pub use descriptor::descriptor_pool;
 pub use encoded::{EncodeError, EncodedResource};
 pub use json::*;
+pub use redact::{
+    MAX_REDACT_DEPTH, REDACTED, SECRET_TYPES, any_to_json_redacted, is_sensitive, redact_json,
+    to_json_redacted,
+};
 pub use refs::*;
 pub use resource::XdsResource;
 pub use resource_type::{CustomType, ResourceType, TYPE_URL_PREFIX, TypeUrl};

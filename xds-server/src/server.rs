@@ -295,10 +295,11 @@ impl XdsServer {
     pub fn routes(&self) -> tonic::service::Routes {
         let router = Service::all().fold(axum::Router::new(), |r, s| self.add_service(r, s));
         let routes = tonic::service::Routes::from(router).add_service(self.shared.lrs.service());
-        match &self.shared.hds {
+        let routes = match &self.shared.hds {
             Some(hds) => routes.add_service(hds.service()),
             None => routes,
-        }
+        };
+        require_grpc_content_type(routes)
     }
 
     /// One gRPC service alone, so that you can put a layer or an interceptor on it (an auth
@@ -324,7 +325,8 @@ impl XdsServer {
     /// # Ok(()) }
     /// ```
     pub fn service_routes(&self, service: Service) -> tonic::service::Routes {
-        tonic::service::Routes::from(self.add_service(axum::Router::new(), service))
+        let routes = tonic::service::Routes::from(self.add_service(axum::Router::new(), service));
+        require_grpc_content_type(routes)
     }
 
     fn add_service(&self, mut router: axum::Router, service: Service) -> axum::Router {
@@ -405,6 +407,47 @@ impl XdsServer {
     }
 }
 
+/// `routes`, answering every request whose `content-type` is not gRPC's with HTTP 415.
+///
+/// The gRPC over HTTP/2 protocol: "If Content-Type does not begin with `application/grpc`, gRPC
+/// servers SHOULD respond with HTTP status of 415 (Unsupported Media Type). This will prevent
+/// other HTTP/2 clients from interpreting a gRPC error response, which uses status 200 (OK), as
+/// successful." Without the check, a request of any type was decoded as gRPC frames.
+fn require_grpc_content_type(routes: tonic::service::Routes) -> tonic::service::Routes {
+    let router = routes.into_axum_router().layer(axum::middleware::from_fn(grpc_only));
+    tonic::service::Routes::from(router)
+}
+
+async fn grpc_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let content_type = request.headers().get(http::header::CONTENT_TYPE);
+    if content_type.is_some_and(|v| is_grpc_content_type(v.as_bytes())) {
+        return next.run(request).await;
+    }
+    let got = content_type.map_or_else(
+        || "none".to_owned(),
+        |v| format!("{:?}", xds_core::echo(&String::from_utf8_lossy(v.as_bytes())).to_string()),
+    );
+    let message = format!(
+        "a gRPC request must have content-type application/grpc (or application/grpc+proto), \
+         not {got}\n"
+    );
+    (http::StatusCode::UNSUPPORTED_MEDIA_TYPE, message).into_response()
+}
+
+/// Whether a `content-type` is gRPC's: `application/grpc`, optionally followed by `+` and a
+/// message format (`+proto`) or by `;` and parameters; the type is compared without case, as
+/// media types are.
+fn is_grpc_content_type(value: &[u8]) -> bool {
+    const GRPC: &[u8] = b"application/grpc";
+    value.len() >= GRPC.len()
+        && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        && matches!(value.get(GRPC.len()), None | Some(b'+' | b';'))
+}
+
 /// One gRPC service of the server, for [`XdsServer::service_routes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
@@ -481,8 +524,10 @@ fn serve_stream<P: stream::Protocol>(
     if let Some(encoding) = request.headers().get("grpc-encoding")
         && encoding.as_bytes() != b"identity"
     {
+        let encoding = String::from_utf8_lossy(encoding.as_bytes());
         return Status::unimplemented(format!(
-            "request compression {encoding:?} is not supported; send uncompressed messages"
+            "request compression {:?} is not supported; send uncompressed messages",
+            xds_core::echo(&encoding).to_string()
         ))
         .into_http();
     }
@@ -557,5 +602,21 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
                 ))),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_grpc_content_type;
+
+    #[test]
+    fn grpc_content_types_are_told_apart() {
+        for ok in ["application/grpc", "application/grpc+proto", "Application/GRPC; charset=x"] {
+            assert!(is_grpc_content_type(ok.as_bytes()), "{ok}");
+        }
+        for bad in ["", "application/json", "application/grpc-web", "application/grp", "text/grpc"]
+        {
+            assert!(!is_grpc_content_type(bad.as_bytes()), "{bad}");
+        }
     }
 }

@@ -359,3 +359,83 @@ async fn finding_7_a_connection_that_never_sends_the_preface_is_closed() {
     let first = client.recv().await;
     assert_eq!(sotw_names(&first), ["a"]);
 }
+
+#[tokio::test]
+async fn a_long_type_url_is_cut_in_the_status() {
+    let long = format!("type.googleapis.com/{}", "w".repeat(10 << 10));
+    // Unknown on ADS: the cache's refusal quotes it.
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let t = serve(cache).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.send(DiscoveryRequest {
+        type_url: long.clone(),
+        resource_names: names(&["x"]),
+        ..Default::default()
+    })
+    .await;
+    let status = ads.recv_err().await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().len() < 1024, "{} bytes echoed", status.message().len());
+    assert!(status.message().contains("type.googleapis.com/www"), "{}", status.message());
+    assert!(status.message().contains(&format!("({} bytes)", long.len())), "{}", status.message());
+
+    // Not the type of a per-type stream: the mismatch quotes it.
+    let mut cds = Sotw::clusters(&t, "n1").await;
+    cds.send_raw(DiscoveryRequest {
+        node: Some(node("n1")),
+        type_url: long.clone(),
+        ..Default::default()
+    })
+    .await;
+    let status = cds.recv_err().await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().len() < 1024, "{} bytes echoed", status.message().len());
+}
+
+/// The status of one request to `path` with `content_type` over a raw HTTP/2 connection.
+async fn raw_h2_status(addr: std::net::SocketAddr, path: &str, content_type: Option<&str>) -> u16 {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let mut request = http::Request::post(format!("http://{addr}{path}")).header("te", "trailers");
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    let (response, mut body) = client.send_request(request.body(()).unwrap(), false).unwrap();
+    // One empty gRPC message frame, then the end of the stream.
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), response).await.unwrap().unwrap();
+    driver.abort();
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn a_request_that_is_not_grpc_is_refused_with_415() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
+    let t = serve(cache).await;
+    let paths = [
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+        "/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters",
+        "/envoy.service.status.v3.ClientStatusDiscoveryService/FetchClientStatus",
+        "/envoy.service.load_stats.v3.LoadReportingService/StreamLoadStats",
+    ];
+    for path in paths {
+        for content_type in
+            [None, Some("application/json"), Some("text/plain"), Some("application/grpc-web")]
+        {
+            let status = raw_h2_status(t.addr, path, content_type).await;
+            assert_eq!(status, 415, "{path} with content-type {content_type:?}");
+        }
+        for content_type in ["application/grpc", "application/grpc+proto"] {
+            let status = raw_h2_status(t.addr, path, Some(content_type)).await;
+            assert_eq!(status, 200, "{path} with content-type {content_type}");
+        }
+    }
+    // A real client is served as before.
+    let mut client = Sotw::ads(&t, "n1").await;
+    client.subscribe(CDS, &[], None).await;
+    assert_eq!(sotw_names(&client.recv().await), ["a"]);
+}

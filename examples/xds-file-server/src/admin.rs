@@ -12,7 +12,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::{ResourceType, any_to_json};
+use xds_proto::{ResourceType, any_to_json_redacted};
 use xds_server::XdsServer;
 
 use crate::config::DEFAULT_GROUP;
@@ -57,6 +57,9 @@ pub(crate) struct ConfigState {
     pub(crate) store_revision: Option<i64>,
     pub(crate) lag_revisions: Option<i64>,
     pub(crate) lag_seconds: Option<f64>,
+    /// Files that kept changing past the settle limit: served as last parsed (or left out)
+    /// while every other file's edits are applied. Empty once they settle.
+    pub(crate) unsettled: Vec<String>,
 }
 
 /// `/status` shows an instant as the seconds since it, at the time of the request.
@@ -86,7 +89,9 @@ const MAX_DUMP_NODE: usize = 256;
 impl ConfigDump {
     /// The group `node` maps to and every resource it would be served, by type in
     /// make-before-break order, as proto3 JSON. Secrets are listed with their name and version
-    /// only: the admin port must not hand out private keys.
+    /// only, and every field Envoy's API marks `(udpa.annotations.sensitive)` (private keys,
+    /// passwords, credentials, inside `typed_config`s too) is shown as `"[redacted]"`
+    /// ([`xds_proto::redact_json`]): the admin port must not hand out secrets.
     fn dump(&self, query: &HashMap<String, String>) -> (StatusCode, Value) {
         let Some(id) = query.get("node").filter(|id| !id.is_empty()) else {
             return (
@@ -117,9 +122,8 @@ impl ConfigDump {
                     if type_url.builtin() == Some(ResourceType::Secret) {
                         return json!({"name": r.name(), "version": r.version(), "redacted": true});
                     }
-                    let mut resource = any_to_json(&r.to_any())
+                    let resource = any_to_json_redacted(&r.to_any())
                         .unwrap_or_else(|e| json!({"name": r.name(), "error": e.to_string()}));
-                    redact_keys(&mut resource);
                     json!({"name": r.name(), "version": r.version(), "resource": resource})
                 })
                 .collect();
@@ -194,39 +198,6 @@ fn build_info() -> String {
     )
 }
 
-/// Fields that hold key material wherever they appear: a TLS certificate's private key (in a
-/// Secret, or inline in a listener's or cluster's transport socket), a generic secret, session
-/// ticket keys, a private key provider's config, and a password. Both spellings: proto3 JSON
-/// writes `privateKey`, and a parser accepts `private_key`.
-const KEY_FIELDS: [&str; 9] = [
-    "privateKey",
-    "private_key",
-    "secret",
-    "sessionTicketKeys",
-    "session_ticket_keys",
-    "privateKeyProvider",
-    "private_key_provider",
-    "password",
-    "passwords",
-];
-
-/// Replaces every [`KEY_FIELDS`] value in a resource's JSON by `{"redacted": true}`.
-fn redact_keys(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for (key, field) in map.iter_mut() {
-                if KEY_FIELDS.contains(&key.as_str()) {
-                    *field = json!({"redacted": true});
-                } else {
-                    redact_keys(field);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(redact_keys),
-        _ => {}
-    }
-}
-
 /// Adds to each stream of a `/status` page the group its node maps to, and beside every
 /// `..._ms` time (milliseconds since the epoch, kept for scripts) the same instant in RFC 3339
 /// (`opened_ms` gets `opened`), for people reading it.
@@ -280,19 +251,6 @@ fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_material_is_redacted_wherever_it_is() {
-        let mut listener = json!({"name": "l", "filter_chains": [{"transport_socket": {"typed_config": {
-            "common_tls_context": {"tls_certificates": [{
-                "certificate_chain": {"inline_string": "CERT"},
-                "privateKey": {"inlineString": "KEY"}}]},
-            "sessionTicketKeys": {"keys": [{"inlineBytes": "S0VZ"}]}}}}]});
-        redact_keys(&mut listener);
-        let text = listener.to_string();
-        assert!(!text.contains("KEY") && !text.contains("S0VZ"), "{text}");
-        assert!(text.contains("CERT"), "certificates are public: {text}");
-    }
 
     #[test]
     fn rfc3339_of_epoch_milliseconds() {

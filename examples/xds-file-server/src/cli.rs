@@ -178,6 +178,11 @@ pub struct Args {
     /// file still being written is not read half-way.
     #[arg(long, default_value_t = 200)]
     pub reload_quiet_ms: u64,
+    /// Stop waiting for files that keep changing after this many milliseconds (at least twice
+    /// the quiet period): each is then served as it was last parsed and named on `/status`,
+    /// and the other files' edits are applied.
+    #[arg(long, default_value_t = 10_000)]
+    pub reload_settle_ms: u64,
     /// Poll the configuration every this many milliseconds instead of using file-system
     /// notification (which is used when available, with a slow poll as a safety net).
     #[arg(long)]

@@ -191,6 +191,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 loaded,
                 timing: ReloadTiming {
                     quiet: Duration::from_millis(args.reload_quiet_ms),
+                    settle_limit: Duration::from_millis(
+                        args.reload_settle_ms.max(args.reload_quiet_ms.saturating_mul(2)),
+                    ),
                     poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
                     force_polling: args.reload_poll_ms.is_some(),
                 },

@@ -5,7 +5,7 @@
 //! [`config::Loader`]) must not hold a runtime worker or keep the process from exiting on
 //! SIGTERM (finding 3). Serving never waits on a reload.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex, RwLock};
@@ -83,6 +83,11 @@ pub(crate) struct ReloadTiming {
     /// A change is acted on once the files have been quiet this long (finding 2: a file still
     /// being written is not read).
     pub(crate) quiet: Duration,
+    /// How long the reload waits for files that keep changing (a log appended every 100 ms in
+    /// the directory) before it gives up on them: each is then served as it was last parsed
+    /// (or left out, if it never parsed), named on `/status` and in a metric and a log line,
+    /// and every other file's edits are applied as soon as they are quiet.
+    pub(crate) settle_limit: Duration,
     /// How often the files are polled: often without file-system notification, rarely (as a
     /// safety net) with it.
     pub(crate) poll: Duration,
@@ -101,6 +106,97 @@ pub(crate) struct Reloader {
     pub(crate) state: Arc<Mutex<ConfigState>>,
 }
 
+/// A fingerprint of the configuration's files: each file and its stamp (`None` when it cannot
+/// be read, or, in [`Reloader::loaded`], when it was pinned rather than read).
+type Fingerprint = Vec<(PathBuf, Option<Stamp>)>;
+
+/// What the reload loop knows about changes it has not acted on yet.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Per file that changed since the last load: when its current run of changes began and
+    /// when it last changed (its stamp moved, or it changed while it was read).
+    at: BTreeMap<PathBuf, (Instant, Instant)>,
+    /// Files given up on: still changing after the settle limit, served as last parsed.
+    pinned: BTreeSet<PathBuf>,
+}
+
+impl Changes {
+    /// Records that `file` changed at `now`. A change less than two quiet periods after the
+    /// previous one continues its run (a re-read that found the file changing again comes about
+    /// one quiet period after the change before it).
+    fn saw(&mut self, file: PathBuf, now: Instant, quiet: Duration) {
+        let entry = self.at.entry(file).or_insert((now, now));
+        if now.saturating_duration_since(entry.1) >= quiet.saturating_mul(2) {
+            entry.0 = now;
+        }
+        entry.1 = now;
+    }
+
+    /// Files that changed less than `quiet` ago.
+    fn busy(&self, now: Instant, quiet: Duration) -> BTreeSet<PathBuf> {
+        self.at
+            .iter()
+            .filter(|(_, (_, last))| now.saturating_duration_since(*last) < quiet)
+            .map(|(f, _)| f.clone())
+            .collect()
+    }
+
+    /// Of the `busy` files, those that have kept changing for at least `limit`.
+    fn unsettled(
+        &self,
+        busy: &BTreeSet<PathBuf>,
+        now: Instant,
+        limit: Duration,
+    ) -> BTreeSet<PathBuf> {
+        busy.iter()
+            .filter(|f| {
+                self.at
+                    .get(*f)
+                    .is_some_and(|(first, _)| now.saturating_duration_since(*first) >= limit)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// How long to sleep before something may be due: a file turning quiet, or one reaching
+    /// the settle limit; `idle` when nothing is pending.
+    fn wait(&self, now: Instant, timing: &ReloadTiming, idle: Duration) -> Duration {
+        let since = |t: &Instant| now.saturating_duration_since(*t);
+        let due = self
+            .at
+            .values()
+            .flat_map(|(first, last)| {
+                [
+                    timing.quiet.saturating_sub(since(last)),
+                    timing.settle_limit.saturating_sub(since(first)),
+                ]
+            })
+            .filter(|d| !d.is_zero())
+            .min()
+            .unwrap_or(idle);
+        // Never spin: wake at least a millisecond later, and at most after `idle`.
+        due.clamp(Duration::from_millis(1), idle.max(Duration::from_millis(1)))
+    }
+}
+
+/// The paths whose entry differs between two fingerprints (added, removed or changed).
+fn changed_paths(old: &Fingerprint, new: &Fingerprint) -> Vec<PathBuf> {
+    let old: BTreeMap<&PathBuf, &Option<Stamp>> = old.iter().map(|(p, s)| (p, s)).collect();
+    let new_map: BTreeMap<&PathBuf, &Option<Stamp>> = new.iter().map(|(p, s)| (p, s)).collect();
+    let mut paths: Vec<PathBuf> =
+        new.iter().filter(|(p, s)| old.get(p) != Some(&s)).map(|(p, _)| p.clone()).collect();
+    paths.extend(old.keys().filter(|p| !new_map.contains_key(*p)).map(|p| (*p).clone()));
+    paths
+}
+
+/// Whether `now` differs from `loaded` in any file outside `pinned`.
+fn differs_outside(now: &Fingerprint, loaded: &Fingerprint, pinned: &BTreeSet<PathBuf>) -> bool {
+    let outside = |f: &Fingerprint| -> Vec<(PathBuf, Option<Stamp>)> {
+        f.iter().filter(|(p, _)| !pinned.contains(p)).cloned().collect()
+    };
+    outside(now) != outside(loaded)
+}
+
 impl Reloader {
     /// Starts the reload thread. It runs until the process exits: it holds nothing a clean
     /// shutdown must wait for.
@@ -109,84 +205,131 @@ impl Reloader {
         Ok(())
     }
 
+    /// Watches the files, and loads them once every file is quiet; past the settle limit, it
+    /// loads without the files that are still changing (see [`ReloadTiming::settle_limit`]).
+    ///
+    /// Which file changed is learnt from the files' stamps: a notification only says "look",
+    /// and a stamp moves with every write (size, modification time), so a file still being
+    /// written stays busy until it has been quiet for `quiet`.
     fn run(mut self) {
         let path = self.loader.path().to_owned();
         let (events, watcher) =
             if self.timing.force_polling { (channel().1, None) } else { watch(&path) };
         let polling = watcher.is_none();
-        let poll =
+        let idle =
             if polling { self.timing.poll } else { self.timing.poll.max(Duration::from_secs(2)) };
         let mut seen = self.loaded.clone();
-        let mut pending: Option<Instant> = None;
+        let mut changes = Changes::default();
+        let quiet = self.timing.quiet;
         loop {
-            let wait =
-                pending.map_or(poll, |last| self.timing.quiet.saturating_sub(last.elapsed()));
+            let wait = changes.wait(Instant::now(), &self.timing, idle);
             if polling {
                 std::thread::sleep(wait);
             } else if events.recv_timeout(wait).is_ok() {
-                pending = Some(Instant::now());
-                continue;
+                // Take every queued notification: one look at the files answers them all.
+                while events.try_recv().is_ok() {}
             }
             let now = config::fingerprint(&path);
-            if now != seen {
-                seen = now.clone();
-                // Polling sees a change only now: wait for it to settle. (With notification,
-                // the events already said so.)
-                if polling || pending.is_none() {
-                    pending = Some(Instant::now());
-                    continue;
+            let at = Instant::now();
+            for file in changed_paths(&seen, &now) {
+                changes.saw(file, at, quiet);
+            }
+            seen = now.clone();
+            let busy = changes.busy(at, quiet);
+            if busy.is_empty() {
+                // Everything is quiet: a whole load, pinning nothing.
+                if now != self.loaded || !changes.pinned.is_empty() {
+                    self.reload(now, BTreeSet::new(), &mut changes);
+                } else {
+                    changes.at.clear();
                 }
-            }
-            match pending {
-                Some(last) if last.elapsed() >= self.timing.quiet => pending = None,
-                Some(_) => continue,
-                None => continue,
-            }
-            if now == self.loaded {
                 continue;
             }
-            self.reload(now, &mut pending);
+            // Files that kept changing for the whole settle limit are not waited for: once
+            // every busy file is one of them, the others are loaded and they are pinned.
+            let unsettled = changes.unsettled(&busy, at, self.timing.settle_limit);
+            if unsettled == busy
+                && (unsettled != changes.pinned || differs_outside(&now, &self.loaded, &unsettled))
+            {
+                self.reload(now, unsettled, &mut changes);
+            }
         }
     }
 
-    /// Loads the settled files and publishes them, or records why not.
+    /// Loads the files (those in `pinned` as last parsed) and publishes them, or records why
+    /// not.
     fn reload(
         &mut self,
-        fingerprint: Vec<(PathBuf, Option<Stamp>)>,
-        pending: &mut Option<Instant>,
+        fingerprint: Fingerprint,
+        pinned: BTreeSet<PathBuf>,
+        changes: &mut Changes,
     ) {
         let started = Instant::now();
-        let result = self.loader.load();
+        let result = self.loader.load_pinned(&pinned);
         let stats = self.loader.last_stats();
         self.state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed =
             self.loader.parsed_total();
+        // A pinned file counts as not loaded, so that it is read once it settles.
+        let loaded: Fingerprint = fingerprint
+            .into_iter()
+            .map(|(p, s)| if pinned.contains(&p) { (p, None) } else { (p, s) })
+            .collect();
         match result {
             Ok(config) => {
-                self.loaded = fingerprint;
+                self.loaded = loaded;
                 tracing::info!(
                     files = stats.files,
                     parsed = stats.parsed,
                     reused = stats.reused,
+                    pinned = stats.pinned,
                     groups_rebuilt = stats.groups_rebuilt,
                     resources_changed = stats.resources_changed,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "configuration loaded"
                 );
                 publish(&self.cache, config, &self.names, &self.state);
+                self.report_pinned(&pinned, changes);
+                changes.at.retain(|file, _| pinned.contains(file));
             }
             Err(LoadError::Unstable(file)) => {
-                // Still being written: read it again after another quiet period.
+                // Changed while it was read: busy again; read after another quiet period, or
+                // pinned if the settle limit has passed.
                 tracing::debug!(file = %file.display(), "the file changed while it was read");
-                *pending = Some(Instant::now());
+                changes.saw(file, Instant::now(), self.timing.quiet);
+                return;
             }
             Err(LoadError::Invalid(e)) => {
-                self.loaded = fingerprint;
+                self.loaded = loaded;
                 tracing::error!(error = %e, "configuration rejected; the last good one keeps serving");
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 state.error = Some(e.to_string());
                 state.reloads_error += 1;
+                drop(state);
+                self.report_pinned(&pinned, changes);
+                changes.at.retain(|file, _| pinned.contains(file));
             }
         }
+    }
+
+    /// Makes `pinned` the set of files given up on: logged when it changes, shown on
+    /// `/status` (`config.unsettled`) and in `xds_config_unsettled_files`.
+    fn report_pinned(&self, pinned: &BTreeSet<PathBuf>, changes: &mut Changes) {
+        if *pinned == changes.pinned {
+            return;
+        }
+        let names: Vec<String> = pinned.iter().map(|p| p.display().to_string()).collect();
+        if names.is_empty() {
+            tracing::info!("every configuration file has settled and is read again");
+        } else {
+            tracing::warn!(
+                files = ?names,
+                settle_limit_ms = self.timing.settle_limit.as_millis() as u64,
+                "configuration files keep changing; serving them as last parsed and applying \
+                 the other files' edits"
+            );
+        }
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).unsettled = names;
+        changes.pinned = pinned.clone();
     }
 }
 
@@ -265,11 +408,15 @@ pub(crate) fn config_metrics(state: &Mutex<ConfigState>) -> String {
          xds_config_error {}\n\
          # HELP xds_config_files_parsed_total Configuration files parsed (unchanged files are reused).\n\
          # TYPE xds_config_files_parsed_total counter\n\
-         xds_config_files_parsed_total {}\n",
+         xds_config_files_parsed_total {}\n\
+         # HELP xds_config_unsettled_files Files that keep changing past the settle limit, served as last parsed.\n\
+         # TYPE xds_config_unsettled_files gauge\n\
+         xds_config_unsettled_files {}\n",
         state.reloads_ok,
         state.reloads_error,
         u8::from(state.error.is_some()),
         state.files_parsed,
+        state.unsettled.len(),
     );
     if let Some(at) = state.last_success {
         let seconds = at.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());

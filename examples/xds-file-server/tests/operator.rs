@@ -147,6 +147,97 @@ async fn config_dump_never_shows_a_private_key() {
     assert_eq!(dump["resources"]["secret"][0]["redacted"], true);
 }
 
+/// A listener and a cluster holding the seven secrets a list of field names let through: an
+/// inline PKCS#12 bundle, two Redis passwords, an AWS secret key and session token, basic-auth
+/// users and API keys.
+const SEVEN_SECRETS: &str = r#"
+resources:
+  - "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+    name: edge
+    address: { socket_address: { address: 0.0.0.0, port_value: 10000 } }
+    filter_chains:
+      - transport_socket:
+          name: envoy.transport_sockets.tls
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+            common_tls_context:
+              tls_certificates: [ { pkcs12: { inline_string: PKCS12-BUNDLE-TEXT } } ]
+        filters:
+          - name: envoy.filters.network.redis_proxy
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy
+              stat_prefix: redis
+              settings: { op_timeout: 1s }
+              prefix_routes: { catch_all_route: { cluster: redis } }
+              downstream_auth_passwords: [ { inline_string: REDIS-DOWNSTREAM-PASSWORD } ]
+      - filter_chain_match: { server_names: [ api.example.com ] }
+        filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: http
+              route_config:
+                name: local
+                virtual_hosts:
+                  - name: all
+                    domains: ["*"]
+                    routes: [ { match: { prefix: / }, route: { cluster: redis } } ]
+              http_filters:
+                - name: envoy.filters.http.aws_request_signing
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning
+                    service_name: s3
+                    region: us-east-1
+                    credential_provider:
+                      inline_credential:
+                        access_key_id: AKIDPUBLICID
+                        secret_access_key: AWS-SECRET-ACCESS-KEY
+                        session_token: AWS-SESSION-TOKEN
+                - name: envoy.filters.http.basic_auth
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuth
+                    users: { inline_string: "admin:{SHA}BASIC-AUTH-USERS" }
+                - name: envoy.filters.http.api_key_auth
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth
+                    credentials: [ { key: API-KEY-VALUE, client: client-a } ]
+                    key_sources: [ { header: x-api-key } ]
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+    name: redis
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.filters.network.redis_proxy:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProtocolOptions
+        auth_password: { inline_string: REDIS-UPSTREAM-PASSWORD }
+"#;
+
+#[tokio::test]
+async fn config_dump_hides_every_field_the_api_marks_sensitive() {
+    let dir = temp_dir("dump-sensitive");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, SEVEN_SECRETS).unwrap();
+    let server = Running::start(&path, &[]).await;
+    let (code, body) = server.get("/config_dump?node=envoy-1").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    for secret in [
+        "PKCS12-BUNDLE-TEXT",
+        "REDIS-DOWNSTREAM-PASSWORD",
+        "REDIS-UPSTREAM-PASSWORD",
+        "AWS-SECRET-ACCESS-KEY",
+        "AWS-SESSION-TOKEN",
+        "BASIC-AUTH-USERS",
+        "API-KEY-VALUE",
+    ] {
+        assert!(!body.contains(secret), "{secret} shown: {body}");
+    }
+    for public in ["AKIDPUBLICID", "x-api-key", "api.example.com", "[redacted]"] {
+        assert!(body.contains(public), "{public} missing: {body}");
+    }
+}
+
 #[tokio::test]
 async fn control_plane_id_and_limits_come_from_flags() {
     use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;

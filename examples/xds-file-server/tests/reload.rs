@@ -297,3 +297,63 @@ async fn ready_and_metrics_say_whether_the_newest_file_is_served() {
     assert_eq!(server.metric("xds_config_reloads_total{result=\"ok\"}").await, Some(2.0));
     assert_eq!(server.metric("xds_config_resources{type=\"cluster\"}").await, Some(1.0));
 }
+
+/// Appends a comment line to `path` every 100 ms until `stop` is set.
+fn keep_appending(
+    path: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            std::io::Write::write_all(&mut file, b"# tick\n").unwrap();
+            drop(file);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_file_that_never_settles_is_reported_and_other_edits_are_applied() {
+    let dir = temp_dir("never-settles");
+    std::fs::write(dir.join("a.yaml"), config_with(&["a"])).unwrap();
+    std::fs::write(dir.join("b.yaml"), config_with(&["b"])).unwrap();
+    let server = Running::start(&dir, &["--reload-settle-ms", "2000"]).await;
+    let mut delta = Delta::open(&server, "n1").await;
+    assert_eq!(delta.next().await.0, ["a", "b"]);
+    assert_eq!(server.metric("xds_config_unsettled_files").await, Some(0.0));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appender = keep_appending(dir.join("a.yaml"), stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // An edit to the other file is applied within the settle limit plus a quiet period or two,
+    // while a.yaml is still being appended to.
+    let edited = Instant::now();
+    std::fs::write(dir.join("b.yaml"), config_with(&["b", "b2"])).unwrap();
+    assert_eq!(delta.next().await, (vec!["b2".to_owned()], vec![]));
+    let took = edited.elapsed();
+    assert!(took < Duration::from_secs(4), "applied after {took:?}");
+    let state = server
+        .until("a.yaml is named", |s| s["unsettled"].as_array().is_some_and(|a| !a.is_empty()))
+        .await;
+    let unsettled = state["unsettled"].to_string();
+    assert!(unsettled.contains("a.yaml") && !unsettled.contains("b.yaml"), "{state}");
+    assert!(state["error"].is_null(), "{state}");
+    assert_eq!(server.metric("xds_config_unsettled_files").await, Some(1.0));
+
+    // A second edit while a.yaml still changes: applied after the quiet period alone.
+    let edited = Instant::now();
+    std::fs::write(dir.join("b.yaml"), config_with(&["b", "b2", "b3"])).unwrap();
+    assert_eq!(delta.next().await, (vec!["b3".to_owned()], vec![]));
+    assert!(edited.elapsed() < Duration::from_secs(2), "applied after {:?}", edited.elapsed());
+
+    // Once a.yaml settles, it is read again and no longer reported.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    appender.join().unwrap();
+    server
+        .until("a.yaml has settled", |s| s["unsettled"].as_array().is_some_and(Vec::is_empty))
+        .await;
+    assert_eq!(server.metric("xds_config_unsettled_files").await, Some(0.0));
+    std::fs::write(dir.join("a.yaml"), config_with(&["a", "a2"])).unwrap();
+    assert_eq!(delta.next().await, (vec!["a2".to_owned()], vec![]));
+}

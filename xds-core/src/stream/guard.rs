@@ -27,7 +27,10 @@ pub enum StreamError {
         got: usize,
     },
     /// A sub-stream's subscription grew past the stream's limit.
-    #[error("a stream may subscribe to at most {max} names of one type; {type_url} now has {got}")]
+    #[error(
+        "a stream may subscribe to at most {max} names of one type; {} now has {got}",
+        crate::echo(type_url)
+    )]
     TooManySubscribed {
         /// The limit.
         max: usize,
@@ -37,7 +40,7 @@ pub enum StreamError {
         type_url: String,
     },
     /// Rule S3: a per-type request whose `type_url` is not the service's.
-    #[error("type_url {got} does not match the service's type {expected}")]
+    #[error("type_url {} does not match the service's type {expected}", crate::echo(got))]
     TypeUrlMismatch {
         /// The service's type URL.
         expected: String,

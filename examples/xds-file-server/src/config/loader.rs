@@ -1,7 +1,7 @@
 //! Reloading a configuration at the cost of what changed: each file's parsed resources are kept,
 //! keyed by its [`Stamp`], and reused while the file is unchanged (finding 6).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,6 +49,8 @@ pub struct LoadStats {
     pub groups_rebuilt: usize,
     /// Resources added, changed or removed in those groups.
     pub resources_changed: usize,
+    /// Files not read because they keep changing: served as last parsed, or left out.
+    pub pinned: usize,
 }
 
 /// Loads the configuration at one path again and again at the cost of what changed since the
@@ -107,10 +109,28 @@ impl Loader {
     /// the configuration is wrong (an empty directory, a special file, a file over the size
     /// limit, a syntax or schema error, a duplicate name, an inconsistent group).
     pub fn load(&mut self) -> Result<Config, LoadError> {
+        self.load_pinned(&BTreeSet::new())
+    }
+
+    /// [`Loader::load`], except that the files in `pinned` are not read: each is taken as it was
+    /// last parsed, or left out if it never parsed. The reload thread pins files that keep
+    /// changing past its settle limit, so that edits to every other file are still applied.
+    ///
+    /// # Errors
+    ///
+    /// As [`Loader::load`].
+    pub fn load_pinned(&mut self, pinned: &BTreeSet<PathBuf>) -> Result<Config, LoadError> {
         let list = files(&self.path)?;
         self.stats = LoadStats { files: list.len(), ..LoadStats::default() };
         let mut current: Vec<(PathBuf, Arc<ParsedFile>)> = Vec::with_capacity(list.len());
         for file in list {
+            if pinned.contains(&file) {
+                self.stats.pinned += 1;
+                if let Some((_, parsed)) = self.parsed.get(&file) {
+                    current.push((file, parsed.clone()));
+                }
+                continue;
+            }
             let cached = self.parsed.get(&file).filter(|(stamp, _)| {
                 std::fs::metadata(&file).is_ok_and(|m| m.is_file() && Stamp::of(&m) == *stamp)
             });

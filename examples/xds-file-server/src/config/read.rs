@@ -100,6 +100,16 @@ pub(crate) fn read_stable(file: &Path, max_bytes: u64) -> Result<(Stamp, String)
     }
     let after = Stamp::of(&File::metadata(&opened).map_err(io)?);
     let now = std::fs::metadata(file).map(|m| Stamp::of(&m)).ok();
+    // A file that says it is empty yet has content, and whose stamp did not move while it was
+    // read, is a pseudo-file (`/proc`, `/sys`): its content is made up at each read and never
+    // settles. Refused with that reason, rather than read again forever as "still changing".
+    if after.len == 0 && !bytes.is_empty() && after == Stamp::of(&before) && now == Some(after) {
+        return Err(ReadError::Refused(format!(
+            "{} reports a size of 0 but has content: a pseudo-file (such as under /proc) is \
+             never stable; refused",
+            file.display()
+        )));
+    }
     // Size, times and inode unchanged across the read, and the path still names this file.
     if after != Stamp::of(&before) || now != Some(after) || bytes.len() as u64 != after.len {
         return Err(ReadError::Unstable);
@@ -111,4 +121,24 @@ pub(crate) fn read_stable(file: &Path, max_bytes: u64) -> Result<(Stamp, String)
         ))
     })?;
     Ok((after, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_to_a_proc_file_is_refused_not_retried_forever() {
+        let dir = std::env::temp_dir().join(format!("xds-read-proc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("status.yaml");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/proc/self/status", &link).unwrap();
+        match read_stable(&link, 1 << 20) {
+            Err(ReadError::Refused(reason)) => assert!(reason.contains("pseudo-file"), "{reason}"),
+            Err(ReadError::Unstable) => panic!("reported as still changing"),
+            Ok(_) => panic!("read as configuration"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
