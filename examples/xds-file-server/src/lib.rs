@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
-use xds_server::lrs::{LoadReportingServer, ReportRequest};
+use xds_server::lrs::{LoadReportingServer, LrsConfig, ReportRequest};
 use xds_server::transport::{Incoming, PeerInfo, TransportConfig, tls_config};
 use xds_server::{
     FileFormat, FileWriter, Limits, NodeIdentity, Peer, ServerConfig, UnauthenticatedSecrets,
@@ -128,8 +128,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // cluster at --lrs-interval-ms, and the metrics label only the clusters the configuration
     // serves (in some group): a client cannot grow the label set with names of its own.
     let known = cache.clone();
+    let mut lrs_config = LrsConfig::default();
+    lrs_config.max_total_bytes = args.lrs_max_total_bytes;
     builder = builder.load_reporting(
         LoadReportingServer::new()
+            .config(lrs_config)
             .policy(ReportRequest {
                 interval: Duration::from_millis(args.lrs_interval_ms),
                 ..Default::default()
