@@ -20,6 +20,12 @@ use crate::config::DEFAULT_GROUP;
 /// The most streams one `/status` page shows (`?limit=` may ask for fewer).
 const MAX_STATUS_PAGE: usize = 100;
 
+/// The most clusters of reported load one `/status` page shows (`?load_limit=` may ask for
+/// fewer), and the most bytes they take: the load of every LRS stream can hold hundreds of
+/// thousands of entries, rendered a page at a time.
+const MAX_LOAD_PAGE: usize = 100;
+const MAX_LOAD_PAGE_BYTES: usize = 256 << 10;
+
 /// What /status shows about the configuration.
 #[derive(Default, serde::Serialize)]
 pub(crate) struct ConfigState {
@@ -134,8 +140,10 @@ impl ConfigDump {
     }
 }
 
-/// The admin routes. `/status` takes `?node=ID` (that node's streams only), `?offset=N` and
-/// `?limit=N` (at most 100 streams a page; `next_offset` says where the next page starts).
+/// The admin routes. `/status` takes `?node=ID` (that node's streams and load only),
+/// `?offset=N` and `?limit=N` (at most 100 streams a page; `next_offset` says where the next
+/// page starts), and `?load_offset=N` and `?load_limit=N` for the reported load (at most 100
+/// clusters and 256 KiB a page; `load.next_offset`).
 ///
 /// `/config_dump?node=ID&cluster=NAME`: the group that node maps to and every resource it would
 /// be served (secrets redacted); see [`ConfigDump`].
@@ -181,7 +189,14 @@ pub(crate) fn admin_router(
             if let Ok(s) = serde_json::to_value(&*state.lock().unwrap_or_else(|e| e.into_inner())) {
                 body["config"] = s;
             }
-            body["load"] = status.load_reporting().snapshot().to_json();
+            let load_limit = number("load_limit").unwrap_or(MAX_LOAD_PAGE).clamp(1, MAX_LOAD_PAGE);
+            let load_offset = number("load_offset").unwrap_or(0);
+            body["load"] = status.load_reporting().snapshot().page_json(
+                node,
+                load_offset,
+                load_limit,
+                MAX_LOAD_PAGE_BYTES,
+            );
             async move { axum::Json(body) }
         }))
 }

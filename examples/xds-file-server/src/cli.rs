@@ -168,6 +168,10 @@ pub struct Args {
     /// 100; gRPC clients report no more often than every second).
     #[arg(long, default_value_t = 10_000)]
     pub lrs_interval_ms: u64,
+    /// The most memory (estimated, in bytes) the load of every LRS stream together may hold; a
+    /// stream whose report would pass it is ended with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub lrs_max_total_bytes: usize,
     /// Serve clients whose first request carries no node.
     #[arg(long)]
     pub allow_anonymous: bool,

@@ -9,8 +9,8 @@ use std::time::Duration;
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
-use xds_server::lrs::{LoadReportingServer, ReportRequest};
-use xds_server::transport::{Incoming, TransportConfig, serve_http, tls_config};
+use xds_server::lrs::{LoadReportingServer, LrsConfig, ReportRequest};
+use xds_server::transport::{Incoming, PeerInfo, TransportConfig, serve_http, tls_config};
 use xds_server::{
     FileFormat, FileWriter, Limits, NodeIdentity, ServerConfig, UnauthenticatedSecrets, XdsServer,
 };
@@ -129,8 +129,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // cluster at --lrs-interval-ms, and the metrics label only the clusters the configuration
     // serves (in some group): a client cannot grow the label set with names of its own.
     let known = cache.clone();
+    let mut lrs_config = LrsConfig::default();
+    lrs_config.max_total_bytes = args.lrs_max_total_bytes;
     builder = builder.load_reporting(
         LoadReportingServer::new()
+            .config(lrs_config)
             .policy(ReportRequest {
                 interval: Duration::from_millis(args.lrs_interval_ms),
                 ..Default::default()

@@ -468,7 +468,8 @@ async fn load_reports_show_in_status_and_metrics_labelled_only_for_served_cluste
     let load = &status["load"];
     assert_eq!(load["clusters"]["served"]["issued"], 3, "{load}");
     assert_eq!(load["clusters"]["rogue"]["issued"], 5, "the view names every cluster: {load}");
-    assert_eq!(load["nodes"]["reporter"], 1, "{load}");
+    assert_eq!(load["nodes"], 1, "{load}");
+    assert_eq!(load["clusters_total"], 2, "{load}");
 }
 
 /// The LEDS configuration of `docs/guide.md`: an EDS cluster whose assignment takes its endpoints
