@@ -296,7 +296,6 @@ impl Reloader {
                 // pinned if the settle limit has passed.
                 tracing::debug!(file = %file.display(), "the file changed while it was read");
                 changes.saw(file, Instant::now(), self.timing.quiet);
-                return;
             }
             Err(LoadError::Invalid(e)) => {
                 self.loaded = loaded;

@@ -214,7 +214,8 @@ fn a_reload_parses_only_the_files_that_changed() {
             parsed: 3,
             reused: 0,
             groups_rebuilt: 1,
-            resources_changed: 3
+            resources_changed: 3,
+            pinned: 0
         }
     );
 
@@ -226,7 +227,8 @@ fn a_reload_parses_only_the_files_that_changed() {
             parsed: 0,
             reused: 3,
             groups_rebuilt: 0,
-            resources_changed: 0
+            resources_changed: 0,
+            pinned: 0
         }
     );
 
@@ -241,7 +243,8 @@ fn a_reload_parses_only_the_files_that_changed() {
             parsed: 1,
             reused: 2,
             groups_rebuilt: 1,
-            resources_changed: 2
+            resources_changed: 2,
+            pinned: 0
         }
     );
     let cluster_type = TypeUrl::from(ResourceType::Cluster);
@@ -261,7 +264,8 @@ fn a_reload_parses_only_the_files_that_changed() {
             parsed: 0,
             reused: 2,
             groups_rebuilt: 1,
-            resources_changed: 1
+            resources_changed: 1,
+            pinned: 0
         }
     );
     assert_eq!(third.groups[DEFAULT_GROUP].len(), 2);
