@@ -10,7 +10,7 @@ use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::lrs::{LoadReportingServer, LrsConfig, ReportRequest};
-use xds_server::transport::{Incoming, PeerInfo, TransportConfig, serve_http, tls_config};
+use xds_server::transport::{Incoming, TransportConfig, serve_http, tls_config};
 use xds_server::{
     FileFormat, FileWriter, Limits, NodeIdentity, ServerConfig, UnauthenticatedSecrets, XdsServer,
 };
