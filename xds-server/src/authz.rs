@@ -237,10 +237,16 @@ impl NodeIdentity {
     /// `{node}` (the node id), e.g. `/ns/prod/sa/{node}`. The last segment alone lets a workload
     /// of any namespace or kind that happens to end in a node's id speak as that node; a
     /// template pins where the id must sit and what surrounds it.
+    ///
+    /// A template without exactly one `{node}` segment matches no SPIFFE id (it fails closed):
+    /// `/ns/prod/sa/*` would otherwise let every prod workload speak as any node.
     #[must_use]
     pub fn spiffe_path(mut self, template: &str) -> Self {
-        let segments = template.trim_start_matches('/').split('/').map(str::to_owned).collect();
-        self.spiffe_path = Some(segments);
+        let segments: Vec<String> =
+            template.trim_start_matches('/').split('/').map(str::to_owned).collect();
+        let places = segments.iter().filter(|s| *s == "{node}").count();
+        // No segment list is empty, so an empty template never matches.
+        self.spiffe_path = Some(if places == 1 { segments } else { Vec::new() });
         self
     }
 
@@ -458,6 +464,12 @@ mod tests {
         assert_eq!(ask(&any_ns, &dev, &node("envoy-2", "")), Ok(()));
         let empty_ns = peer(&["spiffe://mesh.example/ns//sa/envoy-2"]);
         assert!(ask(&any_ns, &empty_ns, &node("envoy-2", "")).is_err());
+        // Without exactly one {node}, a template names no node at all: it fails closed.
+        let nobody = NodeIdentity::new().trust_domain("mesh.example").spiffe_path("/ns/prod/sa/*");
+        assert!(ask(&nobody, &prod, &node("envoy-2", "")).is_err());
+        let twice = NodeIdentity::new().trust_domain("mesh.example").spiffe_path("/{node}/{node}");
+        let both = peer(&["spiffe://mesh.example/envoy-2/envoy-2"]);
+        assert!(ask(&twice, &both, &node("envoy-2", "")).is_err());
     }
 
     #[test]

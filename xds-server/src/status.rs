@@ -268,7 +268,7 @@ pub(crate) const MAX_LISTED: usize = 100;
 fn bounded_stream(mut status: StreamStatus) -> serde_json::Value {
     let mut totals = BTreeMap::new();
     for (type_url, t) in &mut status.types {
-        let counts = (t.names.len(), t.resources.len());
+        let counts = (t.names.len(), t.resources.len(), t.errors.len());
         t.names.truncate(MAX_LISTED);
         for name in &mut t.names {
             if name.len() > MAX_NACK_TEXT {
@@ -282,15 +282,25 @@ fn bounded_stream(mut status: StreamStatus) -> serde_json::Value {
                 .map(|(n, v)| (bounded_owned(&n), v))
                 .collect();
         }
-        if counts.0 > MAX_LISTED || counts.1 > MAX_LISTED {
+        // A client holds one standing error per name it subscribes to that does not exist or
+        // is refused: as many as the names it sends, so cut like them.
+        if t.errors.len() > MAX_LISTED || t.errors.keys().any(|n| n.len() > MAX_NACK_TEXT) {
+            t.errors = std::mem::take(&mut t.errors)
+                .into_iter()
+                .take(MAX_LISTED)
+                .map(|(n, e)| (bounded_owned(&n), e))
+                .collect();
+        }
+        if counts.0 > MAX_LISTED || counts.1 > MAX_LISTED || counts.2 > MAX_LISTED {
             totals.insert(type_url.clone(), counts);
         }
     }
     let mut value = serde_json::to_value(&status).unwrap_or_default();
-    for (type_url, (names, resources)) in totals {
+    for (type_url, (names, resources, errors)) in totals {
         if let Some(t) = value.get_mut("types").and_then(|t| t.get_mut(&type_url)) {
             t["names_total"] = names.into();
             t["resources_total"] = resources.into();
+            t["errors_total"] = errors.into();
         }
     }
     value

@@ -31,6 +31,15 @@ async fn a_page_cuts_long_subscriptions_and_counts_them() {
             == 3
     })
     .await;
+    // None of the names exists: each stream holds a standing NOT_FOUND per name (rule C4) once
+    // its response is out, as many errors as names.
+    eventually("every stream told NOT_FOUND for every name", || {
+        let page = t.server.status().page_json(None, 0, 100);
+        page["streams"].as_array().unwrap().iter().all(|s| {
+            s["types"].as_object().unwrap().values().all(|cds| cds["errors_total"] == 5_000)
+        })
+    })
+    .await;
     let page = t.server.status().page_json(None, 0, 100);
     let size = page.to_string().len();
     assert!(size < 120 << 10, "a page of {size} bytes");
@@ -38,6 +47,8 @@ async fn a_page_cuts_long_subscriptions_and_counts_them() {
         let (_, cds) = stream["types"].as_object().unwrap().iter().next().unwrap();
         assert_eq!(cds["names"].as_array().unwrap().len(), 100, "{cds}");
         assert_eq!(cds["names_total"], 5_000);
+        assert_eq!(cds["errors"].as_object().unwrap().len(), 100, "{cds}");
+        assert_eq!(cds["errors_total"], 5_000);
     }
     assert_eq!(page["total"], 3);
     assert!(page.get("next_offset").is_none());

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeSet;
 
+use xds_server::authz::{Access, Request};
+use xds_server::hds::HealthSnapshot;
 use xds_server::proto::builders::endpoints;
 use xds_server::proto::pb::envoy::config::core::v3::health_check::{HealthChecker, TcpHealthCheck};
 use xds_server::proto::pb::envoy::config::core::v3::{HealthCheck, HealthStatus, Node};
@@ -20,8 +22,6 @@ use xds_server::proto::pb::envoy::service::health::v3::{
     ClusterHealthCheck, HealthCheckSpecifier, LocalityEndpoints,
 };
 use xds_server::proto::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
-use xds_server::authz::{Access, Request};
-use xds_server::hds::HealthSnapshot;
 use xds_server::{Authorizer, NodeIdentity, Refusal};
 
 /// The endpoints of the `backend` cluster that the reporters check.

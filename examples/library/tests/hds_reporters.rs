@@ -51,7 +51,8 @@ fn only_a_listed_reporter_proven_by_its_certificate_may_report() {
     let unlisted = report(&policy, &peer(&["envoy-7"]), "envoy-7").unwrap_err();
     assert!(unlisted.contains("not an authorized health reporter"), "{unlisted}");
     // Reading configuration stays open to anyone, as in the rest of the example.
-    let t = xds_server::proto::TypeUrl::from(xds_server::proto::ResourceType::ClusterLoadAssignment);
+    let t =
+        xds_server::proto::TypeUrl::from(xds_server::proto::ResourceType::ClusterLoadAssignment);
     let n = node("anyone");
     let read = Request {
         peer: &Peer::default(),

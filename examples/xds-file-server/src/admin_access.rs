@@ -11,6 +11,8 @@ use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use xds_server::authz::{self, Access, Entry};
+use xds_server::{Authorizer, Refusal};
 
 /// The longest admin token accepted from its file.
 const MAX_TOKEN_BYTES: usize = 4096;
@@ -73,14 +75,43 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+impl AdminAccess {
+    /// Whether the admin port asks for credentials. When it does, what it guards (every node's
+    /// subscriptions, versions and NACK texts) must not be had elsewhere without them: CSDS on
+    /// the gRPC port is then refused ([`CsdsOnAdminOnly`]).
+    pub(crate) fn guarded(&self) -> bool {
+        !matches!(self, AdminAccess::Local)
+    }
+
+    /// Whether the admin port must be served over TLS: a bearer token off loopback would
+    /// otherwise cross the network in the clear, to be read and replayed by anyone on the path.
+    pub(crate) fn needs_tls(&self, addr: SocketAddr) -> bool {
+        match self {
+            AdminAccess::Local => false,
+            AdminAccess::Token(_) => !addr.ip().is_loopback(),
+            AdminAccess::MutualTls => true,
+        }
+    }
+}
+
 /// Decides the admin port's access from where it listens and the credentials configured: the
-/// error, for a non-loopback address with neither, says what to give.
+/// error, for a non-loopback address with neither, says what to give. `tls` says whether the
+/// server has a certificate (`--tls-cert`, `--tls-key`): a token off loopback needs it.
 pub(crate) fn admin_access(
     addr: SocketAddr,
     token_file: Option<&Path>,
     client_ca: Option<&Path>,
+    tls: bool,
 ) -> Result<AdminAccess, String> {
     if let Some(path) = token_file {
+        if !addr.ip().is_loopback() && !tls {
+            return Err(format!(
+                "--admin-addr {addr} is not a loopback address and --admin-token-file was given \
+                 without --tls-cert and --tls-key: the token would cross the network in the \
+                 clear; give a certificate (the admin port is then served over TLS) or bind it \
+                 to 127.0.0.1"
+            ));
+        }
         return AdminToken::read(path).map(AdminAccess::Token);
     }
     if client_ca.is_some() {
@@ -131,10 +162,35 @@ fn check(token: &AdminToken, given: Option<&header::HeaderValue>) -> Result<(), 
     if token.matches(bearer) { Ok(()) } else { Err("the bearer token is not the admin token") }
 }
 
+/// The file server's policy when the admin port asks for credentials: CSDS (every node's
+/// subscriptions, versions and NACK texts) only through the admin port, whatever the policy
+/// `inner` says about the gRPC port's CSDS service. Everything else is `inner`'s to decide.
+pub(crate) struct CsdsOnAdminOnly<A>(pub(crate) A);
+
+impl<A: Authorizer> Authorizer for CsdsOnAdminOnly<A> {
+    fn authorize(&self, request: &authz::Request<'_>) -> Result<(), Refusal> {
+        if matches!(request.access, Access::ClientStatus) && request.entry != Entry::Admin {
+            return Err(Refusal(
+                "client status (CSDS) is served on the admin port only, which asks for \
+                 credentials"
+                    .to_owned(),
+            ));
+        }
+        self.0.authorize(request)
+    }
+
+    fn authorize_resource(&self, request: &authz::Request<'_>, name: &str) -> Result<(), Refusal> {
+        self.0.authorize_resource(request, name)
+    }
+}
+
+/// A 401 that also closes an HTTP/1.1 connection: a peer without the token keeps no slot of the
+/// admin port's connection cap by sending a refused request now and then. (HTTP/2 forbids the
+/// header; hyper drops it there.)
 fn unauthorized(reason: &'static str) -> Response {
     let body = serde_json::json!({ "error": reason });
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], axum::Json(body))
-        .into_response()
+    let headers = [(header::WWW_AUTHENTICATE, "Bearer"), (header::CONNECTION, "close")];
+    (StatusCode::UNAUTHORIZED, headers, axum::Json(body)).into_response()
 }
 
 #[cfg(test)]
@@ -152,15 +208,47 @@ mod tests {
         let any: SocketAddr = "0.0.0.0:18002".parse().expect("addr");
         let local: SocketAddr = "127.0.0.1:18002".parse().expect("addr");
         let local6: SocketAddr = "[::1]:18002".parse().expect("addr");
-        let error = admin_access(any, None, None).expect_err("refused");
+        let error = admin_access(any, None, None, true).expect_err("refused");
         assert!(error.contains("not a loopback address") && error.contains("--admin-token-file"));
-        assert_eq!(admin_access(local, None, None), Ok(AdminAccess::Local));
-        assert_eq!(admin_access(local6, None, None), Ok(AdminAccess::Local));
+        assert_eq!(admin_access(local, None, None, false), Ok(AdminAccess::Local));
+        assert_eq!(admin_access(local6, None, None, false), Ok(AdminAccess::Local));
         let ca = Path::new("ca.pem");
-        assert_eq!(admin_access(any, None, Some(ca)), Ok(AdminAccess::MutualTls));
+        assert_eq!(admin_access(any, None, Some(ca), true), Ok(AdminAccess::MutualTls));
         let file = token_file("ok", "s3cret\n");
-        let access = admin_access(any, Some(&file), None).expect("a token");
+        let access = admin_access(any, Some(&file), None, true).expect("a token");
         assert_eq!(access, AdminAccess::Token(AdminToken(b"s3cret".as_slice().into())));
+        assert!(access.needs_tls(any) && access.guarded());
+        let local_token = admin_access(local, Some(&file), None, false).expect("a local token");
+        assert!(!local_token.needs_tls(local) && local_token.guarded());
+        assert!(!AdminAccess::Local.guarded());
+    }
+
+    #[test]
+    fn a_token_off_loopback_without_a_certificate_is_refused_at_start() {
+        let any: SocketAddr = "0.0.0.0:18002".parse().expect("addr");
+        let file = token_file("cleartext", "s3cret\n");
+        let error = admin_access(any, Some(&file), None, false).expect_err("in the clear");
+        assert!(error.contains("in the") && error.contains("--tls-cert"), "{error}");
+    }
+
+    #[test]
+    fn with_a_guarded_admin_port_csds_is_refused_everywhere_else() {
+        let peer = xds_server::Peer::default();
+        let ask = |entry| {
+            let request = authz::Request { peer: &peer, entry, access: Access::ClientStatus };
+            CsdsOnAdminOnly(xds_server::AllowAll).authorize(&request)
+        };
+        assert!(ask(Entry::Csds).expect_err("grpc csds").0.contains("admin port only"));
+        assert!(ask(Entry::Rest).is_err());
+        assert!(ask(Entry::Admin).is_ok());
+        let node = xds_server::prelude::Node::default();
+        let type_url = xds_server::proto::TypeUrl::from(xds_server::proto::ResourceType::Cluster);
+        let resources = authz::Request {
+            peer: &peer,
+            entry: Entry::Stream,
+            access: Access::Resources { node: &node, type_url: &type_url },
+        };
+        assert!(CsdsOnAdminOnly(xds_server::AllowAll).authorize(&resources).is_ok());
     }
 
     #[test]
@@ -168,12 +256,16 @@ mod tests {
         let any: SocketAddr = "0.0.0.0:18002".parse().expect("addr");
         let missing = Path::new("/nonexistent/admin-token");
         assert!(
-            admin_access(any, Some(missing), None).expect_err("missing").contains("cannot read")
+            admin_access(any, Some(missing), None, true)
+                .expect_err("missing")
+                .contains("cannot read")
         );
         let empty = token_file("empty", " \n");
-        assert!(admin_access(any, Some(&empty), None).expect_err("empty").contains("no token"));
+        let error = admin_access(any, Some(&empty), None, true).expect_err("empty");
+        assert!(error.contains("no token"));
         let huge = token_file("huge", &"x".repeat(MAX_TOKEN_BYTES + 1));
-        assert!(admin_access(any, Some(&huge), None).expect_err("huge").contains("at most"));
+        let error = admin_access(any, Some(&huge), None, true).expect_err("huge");
+        assert!(error.contains("at most"));
     }
 
     #[test]

@@ -117,13 +117,24 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         join_max_wait: Duration::from_secs(args.join_max_wait_s),
         ..defaults
     });
+    // Decided before anything is served: a guarded admin port also closes CSDS elsewhere.
+    let admin_access = admin_access::admin_access(
+        args.admin_addr,
+        args.admin_token_file.as_deref(),
+        args.admin_client_ca.as_deref(),
+        args.tls_cert.is_some() && args.tls_key.is_some(),
+    )
+    .map_err(|e| format!("cannot start: {e}"))?;
     if args.verify_node_id {
         let mut policy =
             NodeIdentity::new().grouping(grouping).shared_groups(args.shared_group.clone());
         for domain in &args.trust_domain {
             policy = policy.trust_domain(domain);
         }
+        // NodeIdentity serves CSDS on the admin port only already.
         builder = builder.authorizer(policy);
+    } else if admin_access.guarded() {
+        builder = builder.authorizer(admin_access::CsdsOnAdminOnly(xds_server::AllowAll));
     }
     // Load reporting is on by default (served on the gRPC port); clients are asked for every
     // cluster at --lrs-interval-ms, and the metrics label only the clusters the configuration
@@ -155,12 +166,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))
     };
-    let admin_access = admin_access::admin_access(
-        args.admin_addr,
-        args.admin_token_file.as_deref(),
-        args.admin_client_ca.as_deref(),
-    )
-    .map_err(|e| format!("cannot start: {e}"))?;
     let grpc_listener = bind(args.grpc_addr).await?;
     let http_listener = bind(args.http_addr).await?;
     let admin_listener = bind(args.admin_addr).await?;
@@ -168,8 +173,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         (Some(cert), Some(key)) => Some(tls_config(cert, key, args.client_ca.as_deref())?),
         _ => None,
     };
-    let admin_tls = match (&args.tls_cert, &args.tls_key, &args.admin_client_ca) {
-        (Some(cert), Some(key), Some(ca)) => Some(tls_config(cert, key, Some(ca))?),
+    // TLS on the admin port: with client certificates from --admin-client-ca, or to carry a
+    // bearer token off loopback (admin_access refused to start without a certificate then).
+    let admin_tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) if admin_access.needs_tls(args.admin_addr) => {
+            Some(tls_config(cert, key, args.admin_client_ca.as_deref())?)
+        }
         _ => None,
     };
     // A request's headers get as long as a connection's first bytes (HTTP ports).

@@ -192,6 +192,28 @@ async fn the_admin_token_is_required_and_checked() {
     assert!(right.starts_with("HTTP/1.1 200"), "{right}");
     // The liveness probe needs none (it tells nothing).
     assert_eq!(running.get("/healthz").await.unwrap().0, 200);
+
+    // A refused request closes its kept-alive connection: a peer without the token cannot keep
+    // a slot of the admin port's cap by asking now and then.
+    let mut conn = TcpStream::connect(running.admin).await.unwrap();
+    conn.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut refused = String::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut refused))
+        .await
+        .expect("the server closes the connection after its 401")
+        .unwrap();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+
+    // What the token guards is not served on the gRPC port either: CSDS answers there only
+    // through the admin port once it asks for credentials.
+    use xds_server::proto::pb::envoy::service::status::v3::ClientStatusRequest;
+    use xds_server::proto::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
+    let mut csds = ClientStatusDiscoveryServiceClient::connect(format!("http://{}", running.grpc))
+        .await
+        .unwrap();
+    let denied = csds.fetch_client_status(ClientStatusRequest::default()).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    assert!(denied.message().contains("admin port only"), "{denied:?}");
 }
 
 #[test]

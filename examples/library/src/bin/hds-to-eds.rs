@@ -13,13 +13,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use xds_server::cache::{LinearCache, MuxCache};
 use xds_examples::health::{HOSTS, Reporters, assignment, specifier};
+use xds_server::cache::{LinearCache, MuxCache};
+use xds_server::hds::HealthDiscoveryServer;
 use xds_server::proto::ResourceType;
 use xds_server::proto::builders::{eds_cluster, endpoints};
 use xds_server::proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_server::hds::HealthDiscoveryServer;
 use xds_server::transport::{Incoming, TransportConfig, tls_config};
 use xds_server::{ServerConfig, XdsServer};
 
