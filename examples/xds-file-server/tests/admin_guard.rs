@@ -89,9 +89,12 @@ async fn grpc_and_rest_keep_serving_while_2000_idle_connections_sit_on_the_admin
             }
         });
     }
-    // Well past the 256 descriptors the server has (the rest keep retrying).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while established.load(std::sync::atomic::Ordering::SeqCst) < 768 {
+    // Past the 256 descriptors the server has (the rest keep retrying). How many more the
+    // kernel completes depends on its backlogs and on how fast a loaded machine runs the
+    // handshakes (452 seen in 15 s under a full test run): past the server's descriptors is
+    // what the test needs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while established.load(std::sync::atomic::Ordering::SeqCst) < 384 {
         let open = established.load(std::sync::atomic::Ordering::SeqCst);
         assert!(Instant::now() < deadline, "only {open} admin connections were established");
         tokio::time::sleep(Duration::from_millis(100)).await;
