@@ -10,7 +10,13 @@ use util::*;
 
 #[tokio::test]
 async fn a_page_cuts_long_subscriptions_and_counts_them() {
-    let t = serve(SnapshotCache::by_node_id()).await;
+    // Each node's group serves one cluster and none of the names asked for, so each stream is
+    // answered and holds a NOT_FOUND per name (rule C4).
+    let cache = SnapshotCache::by_node_id();
+    for i in 0..3 {
+        cache.set_snapshot(&format!("n{i}"), snapshot![cluster("other", "1")]);
+    }
+    let t = serve(cache).await;
     let many: Vec<String> =
         (0..5_000).map(|i| format!("cluster-{i:05}-{}", "x".repeat(100))).collect();
     let list: Vec<&str> = many.iter().map(String::as_str).collect();
