@@ -68,8 +68,8 @@ pub use naming::{ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, ResourceSet, TypeTraits, View};
 pub use stream::{
-    Admitted, Event, Outgoing, Stream, StreamConfig, StreamError, StreamGuard, TypeKey, TypeRole,
-    Views,
+    Admitted, Event, Outgoing, Stream, StreamConfig, StreamError, StreamGuard, TokenBucket,
+    TypeKey, TypeRole, Views,
 };
 pub use subscription::{Subscription, WILDCARD, Wildcard};
 pub use substream::{Delta, DeltaSubStream, Protocol, Response, Sotw, SotwSubStream, SubStream};

@@ -21,6 +21,7 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 use xds_cache::Variant;
+use xds_core::TokenBucket;
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
 
@@ -256,37 +257,6 @@ impl Gate {
     }
 }
 
-/// Allows `rate` messages per second on average and `burst` at once: what keeps one reporting
-/// stream from spending the server's CPU on decoding and aggregating reports (a client reports
-/// once per interval, 100 ms at the shortest, so the defaults leave real clients far inside).
-#[derive(Debug)]
-struct TokenBucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new((rate, burst): (u32, u32), now: Instant) -> Self {
-        let burst = f64::from(burst.max(1));
-        TokenBucket { rate: f64::from(rate), burst, tokens: burst, last: now }
-    }
-
-    /// Takes one token at `now`; `false` when the bucket is empty.
-    fn take(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// What every stream of one reporting service may hold together, in bytes and entries, and
 /// what they hold now. Per-stream limits alone let the sum grow with the number of streams
 /// (10,000 streams of 64 MiB each is no bound at all); each stream draws its state from this
@@ -481,7 +451,12 @@ impl<S: Reporting> State<S> {
                 policy.mark_unchanged();
                 match start(&service, info, first) {
                     Ok((response, registration, node, closed)) => {
-                        let mut rate = TokenBucket::new(gate.rate, Instant::now());
+                        // The core's bucket, which streams' requests are limited by too: a reporting
+                        // stream may not spend the server's CPU on decoding and aggregating
+                        // reports (a client reports once per interval, 100 ms at the shortest, so
+                        // the defaults leave real clients far inside).
+                        let (per_second, burst) = gate.rate;
+                        let mut rate = TokenBucket::new(per_second, burst, Instant::now());
                         // The first request is a message like the others.
                         rate.take(Instant::now());
                         let open = Open {

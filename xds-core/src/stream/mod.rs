@@ -14,7 +14,7 @@ use crate::message::{ErrorDetail, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::substream::{Protocol, Response, Sotw, SubStream};
-use rate::TokenBucket;
+pub use rate::TokenBucket;
 
 /// What the whole stream needs to know about a resource type. The server implements it for its
 /// type URLs; the core never parses one.

@@ -1,10 +1,11 @@
-//! A token bucket: how many requests a stream may send.
+//! A token bucket: how many requests a stream may send (and, in the server, how many reports a
+//! load- or health-reporting stream may).
 
 use std::time::Instant;
 
-/// Allows `rate` requests per second on average and `burst` at once.
+/// Allows `rate` requests per second on average and `burst` at once. Time is a parameter.
 #[derive(Debug)]
-pub(crate) struct TokenBucket {
+pub struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -12,13 +13,14 @@ pub(crate) struct TokenBucket {
 }
 
 impl TokenBucket {
-    pub(crate) fn new(rate: u32, burst: u32, now: Instant) -> Self {
+    /// A full bucket at `now` (a `burst` of 0 allows 1).
+    pub fn new(rate: u32, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket { rate: f64::from(rate), burst, tokens: burst, last: now }
     }
 
     /// Takes one token; `false` when the bucket is empty.
-    pub(crate) fn take(&mut self, now: Instant) -> bool {
+    pub fn take(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
