@@ -411,8 +411,9 @@ class Test:
         took = time.monotonic() - t0
         if loc.get("issued") != expected or loc.get("errors") != 0:
             raise StepFailed(f"the locality's load is not {expected} issued, 0 errors: {json.dumps(loc)}")
-        node = self.status()["load"].get("nodes", {}).get(NODE_ID)
-        if not node:
+        # /status pages the load view: `?node=` counts that node's reporting streams.
+        _, body = self.http_get(f"/status?node={NODE_ID}")
+        if not json.loads(body).get("load", {}).get("node_streams"):
             raise StepFailed(f"the load view has no stream of node {NODE_ID}")
         _, body = self.http_get("/metrics")
         text = body.decode()
