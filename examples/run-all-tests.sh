@@ -29,6 +29,8 @@ CLIENTS=10 CLUSTERS=100 UPDATES=5 RESTART_WAIT_S=30 timeout 120 bash examples/xd
 CLIENTS=10 STUCK=2 CLUSTERS=100 UPDATES=5 timeout 120 bash examples/xds-bench/reliability/stuck.sh
 # 3 replicas over a real etcd, one killed: its clients move and are resent nothing (~8 s).
 BASE_PORT=18120 ETCD_PORT=18150 CLIENTS=30 CLUSTERS=100 UPDATES=5 timeout 60 bash examples/xds-bench/reliability/replicas.sh
+# The same with SotW clients: a moved client is resent what it names (EDS), and counted synced.
+MODE=sotw BASE_PORT=18120 ETCD_PORT=18150 CLIENTS=30 CLUSTERS=100 UPDATES=5 timeout 60 bash examples/xds-bench/reliability/replicas.sh
 unset PROFILE BUILD GRPC_PORT HTTP_PORT
 
 echo "== interop: Python grpcio xDS client through xds-file-server"

@@ -21,7 +21,8 @@ use xds_proto::{EncodedResource, TypeUrl, references_of_encoded};
 use crate::layout::{Key, ResourceKey, decode_value};
 use crate::wire::watch_request::RequestUnion;
 use crate::wire::{
-    EVENT_DELETE, EtcdClient, Event, KeyValue, WatchProgressRequest, WatchRequest, WatchResponse,
+    EVENT_DELETE, EtcdClient, Event, KeyValue, Probed, WatchProgressRequest, WatchRequest,
+    WatchResponse,
 };
 
 /// The group served to nodes no other group names.
@@ -431,21 +432,31 @@ pub enum SourceEvent<'a> {
     },
 }
 
-/// How far a mirror is behind etcd, from two observations: the probe's reading of the store's
-/// revision (at a time), and what the watch confirmed applied (each applied revision, and etcd's
-/// progress notifications, which come only once the watch has sent everything up to their
-/// revision). Sans-IO: time is a parameter.
+/// How far a mirror is behind etcd. Sans-IO: time is a parameter. Three observations:
+/// - the probe's readings: the store's newest revision, and the revision of this prefix's
+///   publish guard key (every publish bumps it in its transaction), each at a time;
+/// - each revision the mirror applied (a full read, or watch events);
+/// - etcd's progress notifications: "every event up to this revision was sent".
 ///
-/// etcd before 3.4.24 and 3.5.8 answers a progress request at once, even while the watch still
-/// has events to send: against those versions the lag under-reports.
+/// A mirror is caught up to the revision it applied, and further to a progress notification's,
+/// except while the probe has seen a publish the mirror has not applied. That exception is what
+/// makes the lag honest against etcd before 3.4.24 and 3.5.8, which answers a progress request
+/// at once with the store's revision, even while the watch still has events to send (etcd issue
+/// 15220): there, a progress notification would report a replica minutes behind as caught up.
+/// A publish is always seen; writes by other tools under the prefix without the guard count on
+/// those old versions only once applied.
 #[derive(Debug, Default)]
 pub struct Lag {
-    /// Every revision up to this one is applied (or concerned no key of the prefix).
-    caught_up: i64,
+    /// The newest revision the mirror applied.
+    applied: i64,
+    /// The newest revision a progress notification confirmed sent.
+    progressed: i64,
+    /// The newest revision of the publish guard the probe read.
+    published: i64,
     /// The newest store revision the probe read.
     store: i64,
-    /// Probe readings above `caught_up`, oldest first: when etcd was first seen at a revision the
-    /// mirror has not confirmed.
+    /// Probe readings above the caught-up revision, oldest first: when etcd was first seen at a
+    /// revision the mirror has not caught up to.
     pending: std::collections::VecDeque<(Instant, i64)>,
 }
 
@@ -454,10 +465,12 @@ pub struct Lag {
 const MAX_LAG_READINGS: usize = 128;
 
 impl Lag {
-    /// The probe read store revision `store` at `now`.
-    pub fn observed(&mut self, now: Instant, store: i64) {
+    /// The probe read, at `now`, store revision `store` and publish guard revision `published`.
+    pub fn observed(&mut self, now: Instant, store: i64, published: i64) {
         self.store = self.store.max(store);
-        if store <= self.caught_up || self.pending.back().is_some_and(|&(_, r)| r >= store) {
+        self.published = self.published.max(published);
+        self.settle();
+        if store <= self.caught_up() || self.pending.back().is_some_and(|&(_, r)| r >= store) {
             return;
         }
         if self.pending.len() == MAX_LAG_READINGS {
@@ -466,18 +479,37 @@ impl Lag {
         self.pending.push_back((now, store));
     }
 
-    /// Every revision up to `revision` is applied.
-    pub fn caught_up(&mut self, revision: i64) {
-        self.caught_up = self.caught_up.max(revision);
-        while self.pending.front().is_some_and(|&(_, r)| r <= self.caught_up) {
+    /// The mirror holds every revision up to `revision` (a full read at it, or events through it).
+    pub fn applied(&mut self, revision: i64) {
+        self.applied = self.applied.max(revision);
+        self.settle();
+    }
+
+    /// etcd says the watch was sent every event up to `revision`.
+    pub fn progressed(&mut self, revision: i64) {
+        self.progressed = self.progressed.max(revision);
+        self.settle();
+    }
+
+    /// Every revision up to this one is applied, or concerned no key of the prefix.
+    fn caught_up(&self) -> i64 {
+        if self.published > self.applied { self.applied } else { self.applied.max(self.progressed) }
+    }
+
+    /// Drops the readings the mirror has caught up to.
+    fn settle(&mut self) {
+        let caught_up = self.caught_up();
+        while self.pending.front().is_some_and(|&(_, r)| r <= caught_up) {
             self.pending.pop_front();
         }
     }
 
     /// Revisions and time behind, at `now`.
     pub fn behind(&self, now: Instant) -> (i64, Duration) {
-        let age = self.pending.front().map_or(Duration::ZERO, |&(at, _)| now - at);
-        ((self.store - self.caught_up).max(0), age)
+        let caught_up = self.caught_up();
+        let oldest = self.pending.iter().find(|&&(_, r)| r > caught_up);
+        let age = oldest.map_or(Duration::ZERO, |&(at, _)| now.saturating_duration_since(at));
+        ((self.store - caught_up).max(0), age)
     }
 }
 
@@ -552,7 +584,7 @@ impl EtcdSource {
                     Ok(read) => {
                         let revision = read.header.map_or(0, |h| h.revision);
                         let result = mirror.load(revision, &read.kvs);
-                        lag.caught_up(revision);
+                        lag.applied(revision);
                         report(&mut on_event, &mirror, revision, result);
                         reload = false;
                     }
@@ -579,7 +611,7 @@ impl EtcdSource {
     }
 
     /// One probe, after `delay`: etcd's newest revision, or why it did not answer in time.
-    async fn probe_after(&self, delay: Duration) -> Result<i64, String> {
+    async fn probe_after(&self, delay: Duration) -> Result<Probed, String> {
         tokio::time::sleep(delay).await;
         let key = crate::layout::guard_key(&self.prefix);
         self.client.probe(key.as_bytes(), self.probe.timeout).await.map_err(|e| {
@@ -614,13 +646,13 @@ impl EtcdSource {
                 message = stream.message() => message,
                 result = &mut probe => {
                     match result {
-                        Ok(store_revision) => {
+                        Ok(Probed { store_revision, key_revision: published }) => {
                             if !answering {
                                 answering = true;
                                 on_event(SourceEvent::Synced { revision: mirror.revision() });
                             }
                             let now = Instant::now();
-                            lag.observed(now, store_revision);
+                            lag.observed(now, store_revision, published);
                             let (behind_revisions, behind) = lag.behind(now);
                             on_event(SourceEvent::Progress {
                                 revision: mirror.revision(),
@@ -702,7 +734,7 @@ impl EtcdSource {
                 // A progress notification: every event up to its revision was sent (and the ones
                 // before it in this batch are applied below, before anything else).
                 if let Some(header) = &response.header {
-                    lag.caught_up(header.revision);
+                    lag.progressed(header.revision);
                 }
             }
             events.extend(response.events);
@@ -712,7 +744,7 @@ impl EtcdSource {
         if let Some(revision) = events.last().and_then(|e| e.kv.as_ref()).map(|kv| kv.mod_revision)
         {
             let result = mirror.apply(revision, &events);
-            lag.caught_up(revision);
+            lag.applied(revision);
             report(on_event, mirror, revision, result);
         }
         end
@@ -954,23 +986,50 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut lag = Lag::default();
-        lag.caught_up(10);
-        lag.observed(at(0), 10);
+        lag.applied(10);
+        lag.observed(at(0), 10, 10);
         assert_eq!(lag.behind(at(0)), (0, Duration::ZERO), "caught up");
-        lag.observed(at(500), 12);
-        lag.observed(at(1000), 15);
+        lag.observed(at(500), 12, 10);
+        lag.observed(at(1000), 15, 10);
         assert_eq!(lag.behind(at(1200)), (5, Duration::from_millis(700)));
         // Revision 12 applied: the age is now that of the reading at 15.
-        lag.caught_up(12);
+        lag.applied(12);
         assert_eq!(lag.behind(at(1200)), (3, Duration::from_millis(200)));
-        lag.caught_up(15);
+        // Revisions 13 to 15 were other prefixes' writes: a progress notification says so.
+        lag.progressed(15);
         assert_eq!(lag.behind(at(5000)), (0, Duration::ZERO));
         // Bounded: past MAX_LAG_READINGS the oldest is kept, the newest replaced.
         for i in 0..1000 {
-            lag.observed(at(6000 + i), 16 + i as i64);
+            lag.observed(at(6000 + i), 16 + i as i64, 10);
         }
         assert_eq!(lag.pending.len(), MAX_LAG_READINGS);
         assert_eq!(lag.behind(at(7000)), (1000, Duration::from_millis(1000)));
+    }
+
+    /// etcd before 3.4.24 and 3.5.8 answers a progress request with the store's revision while
+    /// the watch still has events to send: a publish the probe saw keeps the mirror behind until
+    /// it is applied, whichever comes first.
+    #[test]
+    fn a_progress_notification_does_not_hide_a_publish_not_yet_applied() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // The probe first, then the premature notification.
+        let mut lag = Lag::default();
+        lag.applied(10);
+        lag.observed(at(0), 20, 20);
+        lag.progressed(20);
+        assert_eq!(lag.behind(at(3000)), (10, Duration::from_millis(3000)));
+        lag.applied(20);
+        assert_eq!(lag.behind(at(3000)), (0, Duration::ZERO));
+        // The notification first, then the probe: the reading is kept all the same.
+        let mut lag = Lag::default();
+        lag.applied(10);
+        lag.progressed(20);
+        lag.observed(at(0), 20, 18);
+        assert_eq!(lag.behind(at(2000)), (10, Duration::from_millis(2000)));
+        // The publish at 18 applied: 19 and 20 were other writers', as the notification said.
+        lag.applied(18);
+        assert_eq!(lag.behind(at(2000)), (0, Duration::ZERO));
     }
 
     #[test]

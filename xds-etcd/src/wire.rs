@@ -315,6 +315,15 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// What one [`EtcdClient::probe`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// The store's newest revision.
+    pub store_revision: i64,
+    /// The revision the probed key was last written at (0 when it does not exist).
+    pub key_revision: i64,
+}
+
 /// A connection to an etcd cluster: the KV and Watch services over one HTTP/2 channel.
 #[derive(Clone, Debug)]
 pub struct EtcdClient {
@@ -400,9 +409,10 @@ impl EtcdClient {
 
     /// A cheap read that etcd answers only when its raft log serves reads (a linearizable Range
     /// of at most one key, keys only), failing after `timeout`: whether the store answers now,
-    /// and its newest revision. The connection's keepalive notices a hung etcd only after its
-    /// own timeout; this notices it within `timeout`.
-    pub async fn probe(&self, key: &[u8], timeout: Duration) -> Result<i64, tonic::Status> {
+    /// its newest revision and the revision `key` was last written at (0 when it does not
+    /// exist). The connection's keepalive notices a hung etcd only after its own timeout; this
+    /// notices it within `timeout`.
+    pub async fn probe(&self, key: &[u8], timeout: Duration) -> Result<Probed, tonic::Status> {
         let request = RangeRequest {
             key: key.to_vec(),
             limit: 1,
@@ -411,7 +421,13 @@ impl EtcdClient {
         };
         let read = self.unary::<_, RangeResponse>("/etcdserverpb.KV/Range", request);
         match tokio::time::timeout(timeout, read).await {
-            Ok(answer) => Ok(answer?.header.map_or(0, |h| h.revision)),
+            Ok(answer) => {
+                let answer = answer?;
+                Ok(Probed {
+                    store_revision: answer.header.map_or(0, |h| h.revision),
+                    key_revision: answer.kvs.first().map_or(0, |kv| kv.mod_revision),
+                })
+            }
             Err(_) => Err(tonic::Status::deadline_exceeded(format!(
                 "etcd did not answer a probe in {} ms",
                 timeout.as_millis()

@@ -69,7 +69,7 @@ pub(crate) struct Failover {
     server: usize,
     /// How many clients were on it.
     clients: usize,
-    /// Per client that moved: microseconds from its stream's break to its first Cluster response
+    /// Per client that moved: microseconds from its stream's break to its first response
     /// on another server, sorted.
     times: Vec<u32>,
     /// From the first of their streams breaking to the last of them synced elsewhere.
@@ -122,8 +122,7 @@ impl Failover {
 }
 
 /// Prints `READY FOR FAILOVER` and waits, at most `wait`, until every client (but the stuck ones)
-/// of server `server` (of `servers`) has a stream on another server that got its first Cluster
-/// response (the server is meant to be killed meanwhile, and not restarted).
+/// of server `server` (of `servers`) has a stream on another server that got its first response (the server is meant to be killed meanwhile, and not restarted).
 pub(super) async fn failover(
     tracker: &Tracker,
     server: usize,

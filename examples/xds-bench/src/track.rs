@@ -136,10 +136,12 @@ struct Sessions {
     opened: AtomicU32,
     /// Whether the current one is up.
     up: AtomicBool,
-    /// The stream (its number in `opened`) whose first Cluster response arrived last: the
-    /// current stream is synced when this equals `opened`.
+    /// The stream (its number in `opened`) whose first response arrived last: the current
+    /// stream is synced when this equals `opened`. Any type counts: a SotW client resuming at
+    /// the Cluster version it holds is rightly sent no Cluster response (silence says it is
+    /// current); the answer to its endpoint subscription is the stream's first.
     synced: AtomicU32,
-    /// When the last stream broke / got its first Cluster response: microseconds from the
+    /// When the last stream broke / got its first response: microseconds from the
     /// tracker's start, +1 (0: never).
     down_at: AtomicU64,
     synced_at: AtomicU64,
@@ -264,7 +266,7 @@ impl Tracker {
     }
 
     /// If `client` established a stream after its `before`-th, that stream is up and it got its
-    /// first Cluster response: when that response came, in microseconds since the start.
+    /// first response: when that response came, in microseconds since the start.
     pub fn synced_since(&self, client: usize, before: u32) -> Option<u64> {
         let s = &self.sessions[client];
         let opened = s.opened.load(SeqCst);
@@ -327,15 +329,18 @@ impl Tracker {
         }
     }
 
-    /// A client got a Cluster response: its first one counts for the storm, and the first one
-    /// of each stream marks that stream synced.
+    /// A client got a Cluster response: its first one counts for the storm.
     pub fn cds_received(&self, client: usize) {
-        let now = self.now_us();
-        self.first_cds_at.record(client, now);
+        self.first_cds_at.record(client, self.now_us());
+    }
+
+    /// A client got a response of any type: the first one of each stream marks that stream
+    /// synced.
+    pub fn answered(&self, client: usize) {
         let s = &self.sessions[client];
         let opened = s.opened.load(SeqCst);
         if s.synced.load(SeqCst) != opened {
-            s.synced_at.store(now + 1, SeqCst);
+            s.synced_at.store(self.now_us() + 1, SeqCst);
             s.synced.store(opened, SeqCst);
         }
     }
@@ -533,8 +538,10 @@ mod tests {
         assert!(t.reconnected(0, before[0]));
         assert_eq!(t.reconnects(), 1);
         assert_eq!(t.server_of(0), 2);
-        assert_eq!(t.synced_since(0, before[0]), None, "no Cluster response on the new stream");
+        assert_eq!(t.synced_since(0, before[0]), None, "no response on the new stream");
         t.cds_received(0);
+        assert_eq!(t.synced_since(0, before[0]), None, "the storm's count is not the stream's");
+        t.answered(0);
         assert!(t.synced_since(0, before[0]).is_some());
         assert_eq!(t.synced_since(0, before[0] + 1), None, "no stream after that one");
     }

@@ -213,3 +213,40 @@ pub async fn publish(
         done.unchanged
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(behind: Duration) -> SourceEvent<'static> {
+        SourceEvent::Progress { revision: 40, store_revision: 52, behind_revisions: 12, behind }
+    }
+
+    /// `--max-lag-ms`: a replica behind by more reports itself stale (with its lag), and not
+    /// once it caught up; an unreachable store's staleness is not cleared by a lag reading.
+    #[test]
+    fn a_replica_behind_by_more_than_max_lag_is_stale_until_it_catches_up() {
+        let cache =
+            SnapshotCache::new(|_: &xds_proto::pb::envoy::config::core::v3::Node| String::new());
+        let names = RwLock::new(Vec::new());
+        let state = Mutex::new(ConfigState::default());
+        let max_lag = Duration::from_millis(1000);
+        let stale = || state.lock().unwrap_or_else(|e| e.into_inner()).stale.clone();
+
+        on_event(progress(Duration::from_millis(900)), max_lag, &cache, &names, &state);
+        assert_eq!(stale(), None, "within the bound");
+        on_event(progress(Duration::from_millis(2500)), max_lag, &cache, &names, &state);
+        let reason = stale().unwrap_or_default();
+        assert!(reason.contains("behind etcd by 2.5 s (12 revisions)"), "{reason}");
+        assert!(reason.contains("serving revision 40 of 52"), "{reason}");
+        on_event(progress(Duration::ZERO), max_lag, &cache, &names, &state);
+        assert_eq!(stale(), None, "caught up");
+
+        let unreachable =
+            SourceEvent::Unreachable { revision: 40, error: "probe timed out".into() };
+        on_event(unreachable, max_lag, &cache, &names, &state);
+        on_event(progress(Duration::ZERO), max_lag, &cache, &names, &state);
+        let reason = stale().unwrap_or_default();
+        assert!(reason.contains("probe timed out"), "still unreachable: {reason}");
+    }
+}

@@ -861,7 +861,7 @@ async fn a_hung_etcd_shows_within_two_seconds_and_its_recovery_within_one() {
 }
 
 /// A measurement, not a check (run it alone, with `--ignored --nocapture`): a replica over
-/// FLEET_KEYS keys (default 100,000) while one key is written per revision at FLEET_RATE
+/// FLEET_KEYS keys (default 100,000) while one key (and the publish guard) is written per revision at FLEET_RATE
 /// revisions per second (default 500) for FLEET_SECONDS (default 10). Prints the replica's own
 /// `lag_seconds` (its maximum over samples every 100 ms), the revisions between etcd's newest and
 /// the one served, and how long the replica took to catch up once the writes stopped.
@@ -920,9 +920,17 @@ async fn measure_replica_lag_under_one_key_revisions() {
                 tick.tick().await;
                 let permit = in_flight.clone().acquire_owned().await.unwrap();
                 let (client, newest) = (client.clone(), newest.clone());
-                let op = put(key(n % keys), value(n % keys, 2 + n));
+                // As `publish` writes (and as its docs ask of any other writer): the key and the
+                // publish guard, in one transaction.
+                let ops = vec![
+                    put(key(n % keys), value(n % keys, 2 + n)),
+                    put(
+                        xds_etcd::layout::guard_key("/lag/").into_bytes(),
+                        n.to_string().into_bytes(),
+                    ),
+                ];
                 tokio::spawn(async move {
-                    let done = client.txn(TxnRequest { success: vec![op], ..Default::default() });
+                    let done = client.txn(TxnRequest { success: ops, ..Default::default() });
                     if let Ok(answer) = done.await {
                         let revision = answer.header.map_or(0, |h| h.revision);
                         newest.fetch_max(revision, std::sync::atomic::Ordering::Relaxed);

@@ -242,6 +242,7 @@ impl<'a> Client<'a> {
     fn on_message(&mut self, message: &[u8]) -> Result<(), Error> {
         let header = proto::header(message)?;
         let (version, nonce) = (header.version, header.nonce);
+        self.tracker.answered(self.id);
         if header.type_url == self.cds.as_str().as_bytes() {
             self.tracker.cds_received(self.id);
             match self.config.mode {
