@@ -47,6 +47,15 @@ pub trait Cache: Send + Sync + 'static {
         request: WatchRequest<'_>,
         signal: Arc<Signal>,
     ) -> Result<Box<dyn Watch>, CacheError>;
+
+    /// The group `node` is served from, for a cache that serves nodes by group (the
+    /// [`SnapshotCache`](crate::SnapshotCache)'s grouping function): the server hands it to
+    /// callbacks with the node, so a NACK or a refusal can name the configuration it concerns.
+    /// `None` (the default): the cache does not group nodes.
+    fn group(&self, node: &Node) -> Option<String> {
+        let _ = node;
+        None
+    }
 }
 
 /// A stream's registration with a cache.
@@ -63,6 +72,10 @@ impl<C: Cache + ?Sized> Cache for Arc<C> {
         signal: Arc<Signal>,
     ) -> Result<Box<dyn Watch>, CacheError> {
         (**self).watch(request, signal)
+    }
+
+    fn group(&self, node: &Node) -> Option<String> {
+        (**self).group(node)
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use xds_proto::TypeUrl;
+use xds_proto::pb::envoy::config::core::v3::Node;
 
 use crate::cache::{Cache, CacheError, Watch, WatchRequest};
 use crate::signal::Signal;
@@ -66,5 +67,30 @@ impl Cache for MuxCache {
             Some(cache) => cache.watch(request, signal),
             None => Err(CacheError::UnknownType { type_url: request.type_url.to_string() }),
         }
+    }
+
+    /// The fallback's group for the node, else the first (by type URL) of the routed caches that
+    /// groups it.
+    fn group(&self, node: &Node) -> Option<String> {
+        self.fallback.iter().chain(self.routes.values()).find_map(|cache| cache.group(node))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LinearCache, SnapshotCache};
+    use xds_proto::ResourceType;
+
+    /// The group a mux names is the one the cache that groups the node chooses: a linear cache
+    /// of endpoints beside a snapshot cache by node cluster groups by the cluster.
+    #[test]
+    fn a_mux_names_the_group_of_the_cache_that_groups_nodes() {
+        let node = Node { id: "n1".into(), cluster: "edge".into(), ..Default::default() };
+        let endpoints = TypeUrl::from(ResourceType::ClusterLoadAssignment);
+        let linear = MuxCache::new().route(endpoints.clone(), LinearCache::new(endpoints.clone()));
+        assert_eq!(linear.group(&node), None, "no cache groups nodes");
+        let mux = linear.fallback(SnapshotCache::by_node_cluster());
+        assert_eq!(mux.group(&node), Some("edge".to_owned()));
     }
 }

@@ -233,7 +233,8 @@ fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
             request(&[]),
             Event::Nack {
                 type_key: T::Eds,
-                version: String::new(),
+                rejected_version: r.version_info.clone(),
+                kept_version: String::new(),
                 nonce: r.nonce.clone(),
                 error: xds_core::ErrorDetail { code: 3, message: "bad".into() },
             },

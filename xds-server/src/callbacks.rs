@@ -10,8 +10,11 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_cache::Variant;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
-/// What the server knows about a stream.
+/// What the server knows about a stream. Every callback of a stream gets the same one: the node
+/// and its group are filled in once the first request named them, and shared, not copied per
+/// event.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StreamInfo {
     /// A number unique among the server's streams.
     pub id: u64,
@@ -23,6 +26,40 @@ pub struct StreamInfo {
     pub remote_addr: Option<SocketAddr>,
     /// The client's TLS certificate chain (DER), leaf first, when it presented one.
     pub peer_certificates: Option<Arc<Vec<Vec<u8>>>>,
+    /// The node the stream's first request named (rule S2), from
+    /// [`on_node`](Callbacks::on_node) on; `None` before it (in
+    /// [`on_stream_open`](Callbacks::on_stream_open)) and on reporting streams (LRS, HDS).
+    pub node: Option<Arc<Node>>,
+    /// The group the cache serves the node from ([`Cache::group`](crate::cache::Cache::group):
+    /// the snapshot cache's grouping), set with `node`; `None` when the cache does not group
+    /// nodes.
+    pub group: Option<Arc<str>>,
+}
+
+impl StreamInfo {
+    /// The node's id, or `""` before the first request (and for an anonymous client).
+    pub fn node_id(&self) -> &str {
+        self.node.as_deref().map_or("", |n| n.id.as_str())
+    }
+}
+
+/// A response the client rejected (rules S5, D1), as [`Callbacks::on_nack`] sees it.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Nack<'a> {
+    /// The response's type.
+    pub type_url: &'a TypeUrl,
+    /// The rejected response's version: its SotW `version_info`, or its delta
+    /// `system_version_info`.
+    pub rejected_version: &'a str,
+    /// The rejected response's nonce.
+    pub nonce: &'a str,
+    /// SotW: the version the client keeps, the last one it accepted (the NACK's own
+    /// `version_info`; empty before any). Delta: empty (a delta client keeps a version per
+    /// resource).
+    pub kept_version: &'a str,
+    /// The client's reason (`error_detail`).
+    pub error: &'a ErrorDetail,
 }
 
 /// Why a callback refused a stream: the client gets `PermissionDenied` with this message.
@@ -102,16 +139,10 @@ pub trait Callbacks: Send + Sync + 'static {
         let _ = (stream, type_url, version, nonce);
     }
 
-    /// The client rejected a response (rule S5): `error` is its reason.
-    fn on_nack(
-        &self,
-        stream: &StreamInfo,
-        type_url: &TypeUrl,
-        version: &str,
-        nonce: &str,
-        error: &ErrorDetail,
-    ) {
-        let _ = (stream, type_url, version, nonce, error);
+    /// The client rejected a response (rules S5, D1). `stream.node` and `stream.group` say who
+    /// and which configuration; `nack` which response, what the client keeps, and why.
+    fn on_nack(&self, stream: &StreamInfo, nack: &Nack<'_>) {
+        let _ = (stream, nack);
     }
 
     /// A one-shot fetch (REST or unary gRPC) arrived.
@@ -215,15 +246,8 @@ impl<T: Callbacks + ?Sized> Callbacks for Arc<T> {
         (**self).on_ack(stream, type_url, version, nonce)
     }
 
-    fn on_nack(
-        &self,
-        stream: &StreamInfo,
-        type_url: &TypeUrl,
-        version: &str,
-        nonce: &str,
-        error: &ErrorDetail,
-    ) {
-        (**self).on_nack(stream, type_url, version, nonce, error)
+    fn on_nack(&self, stream: &StreamInfo, nack: &Nack<'_>) {
+        (**self).on_nack(stream, nack)
     }
 
     fn on_fetch_request(&self, node: &Node, type_url: &TypeUrl, names: &[String]) {

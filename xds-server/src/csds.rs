@@ -296,7 +296,7 @@ fn type_configs(type_url: &str, ts: &TypeStatus, delta: bool) -> Vec<GenericXdsC
             failed_configuration: None,
             last_update_attempt: Some(timestamp(n.at_ms)),
             details: n.error.clone(),
-            version_info: ts.sent_version.clone().unwrap_or_default(),
+            version_info: n.rejected_version.clone(),
         }),
         _ => None,
     };
@@ -474,7 +474,8 @@ mod tests {
             node_cluster: String::new(),
             opened_ms: 0,
             types: types.into_iter().map(|(t, s)| (TypeUrl::from(t).to_string(), s)).collect(),
-            node: Some(node(node_id)),
+            group: None,
+            node: Some(std::sync::Arc::new(node(node_id))),
         }
     }
 
@@ -517,6 +518,7 @@ mod tests {
             nack: Some(NackStatus {
                 error_bytes: 0,
                 version: "v8".into(),
+                rejected_version: "v9".into(),
                 nonce: "2".into(),
                 error: "bad endpoint".into(),
                 at_ms: 1_500,
@@ -601,6 +603,7 @@ mod tests {
             nack: Some(NackStatus {
                 error_bytes: 0,
                 version: "v1".into(),
+                rejected_version: "v2".into(),
                 nonce: "4".into(),
                 error: "x".into(),
                 at_ms: 0,

@@ -89,7 +89,7 @@ pub mod transport;
 mod wire;
 
 pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
-pub use callbacks::{Callbacks, NoCallbacks, Refusal, StreamInfo, XdsRequest};
+pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
 pub use metrics::Metrics;

@@ -49,6 +49,8 @@ fn stream_info<T>(request: &tonic::Request<T>, message: TypeUrl) -> StreamInfo {
         peer_certificates: request
             .peer_certs()
             .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect())),
+        node: None,
+        group: None,
     }
 }
 

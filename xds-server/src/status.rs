@@ -51,8 +51,10 @@ pub struct ResourceErrorStatus {
 /// A rejected response.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct NackStatus {
-    /// The version the client kept.
+    /// The version the client kept (SotW; empty on delta).
     pub version: String,
+    /// The version of the response it rejected.
+    pub rejected_version: String,
     /// The nonce of the rejected response.
     pub nonce: String,
     /// The client's reason, at most [`MAX_NACK_TEXT`] bytes (cut at a character boundary).
@@ -69,13 +71,20 @@ pub const MAX_NACK_TEXT: usize = 4096;
 
 impl NackStatus {
     /// A NACK's status with its text cut to [`MAX_NACK_TEXT`] bytes.
-    pub(crate) fn new(version: String, nonce: String, error: &str, at_ms: u64) -> Self {
+    pub(crate) fn new(
+        version: String,
+        rejected_version: String,
+        nonce: String,
+        error: &str,
+        at_ms: u64,
+    ) -> Self {
         let mut end = error.len().min(MAX_NACK_TEXT);
         while !error.is_char_boundary(end) {
             end -= 1;
         }
         NackStatus {
             version: bounded_owned(&version),
+            rejected_version,
             nonce,
             error: error[..end].to_owned(),
             error_bytes: error.len(),
@@ -108,8 +117,12 @@ pub struct StreamStatus {
     pub opened_ms: u64,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
+    /// The group the cache serves the node from, when the cache groups nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The node, shared with the stream's callbacks.
     #[serde(skip)]
-    pub(crate) node: Option<Node>,
+    pub(crate) node: Option<Arc<Node>>,
 }
 
 /// What a stream can tell about itself when asked: the details too costly to copy after every
@@ -153,6 +166,7 @@ impl StatusRegistry {
             node_cluster: String::new(),
             opened_ms: now_ms(),
             types: BTreeMap::new(),
+            group: None,
             node: None,
         }));
         lock(&self.streams).insert(stream, Entry { status: status.clone(), detail: None });
@@ -309,6 +323,6 @@ fn bounded_stream(mut status: StreamStatus) -> serde_json::Value {
 impl StreamStatus {
     /// The node of the stream's first request.
     pub fn node(&self) -> Option<&Node> {
-        self.node.as_ref()
+        self.node.as_deref()
     }
 }

@@ -9,9 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use util::*;
 use xds_cache::SnapshotCache;
-use xds_core::ErrorDetail;
 use xds_proto::TypeUrl;
-use xds_server::{Callbacks, StreamInfo, XdsServer};
+use xds_server::{Callbacks, Nack, StreamInfo, XdsServer};
 
 /// Reads the whole status on every ACK and NACK, as a "log what this node holds" callback would.
 #[derive(Default)]
@@ -31,7 +30,7 @@ impl Callbacks for Hooks {
         self.0.acks.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn on_nack(&self, _: &StreamInfo, _: &TypeUrl, _: &str, _: &str, _: &ErrorDetail) {
+    fn on_nack(&self, _: &StreamInfo, _: &Nack<'_>) {
         let _ = self.0.server.get().unwrap().status().to_json();
         self.0.nacks.fetch_add(1, Ordering::SeqCst);
     }

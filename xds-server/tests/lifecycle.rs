@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use tonic::Code;
 use xds_cache::SnapshotCache;
-use xds_core::ErrorDetail;
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_server::{Callbacks, Refusal, Service, StreamInfo, XdsRequest, XdsServer};
+use xds_server::{Callbacks, Nack, Refusal, Service, StreamInfo, XdsRequest, XdsServer};
 
 use util::*;
 
@@ -51,7 +50,8 @@ struct Counts {
     closed: AtomicUsize,
     acks: AtomicUsize,
     nacks: AtomicUsize,
-    last_nack: Mutex<Option<(String, String)>>,
+    /// The last NACK: node id, group, rejected version, kept version, nonce, text.
+    last_nack: Mutex<Option<[String; 6]>>,
 }
 
 /// Refuses node "evil", refuses requests naming "forbidden", and counts what it sees.
@@ -90,9 +90,16 @@ impl Callbacks for Recorder {
         self.0.acks.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn on_nack(&self, _: &StreamInfo, _: &TypeUrl, _: &str, nonce: &str, error: &ErrorDetail) {
+    fn on_nack(&self, stream: &StreamInfo, nack: &Nack<'_>) {
         self.0.nacks.fetch_add(1, Ordering::SeqCst);
-        *self.0.last_nack.lock().expect("lock") = Some((nonce.to_owned(), error.message.clone()));
+        *self.0.last_nack.lock().expect("lock") = Some([
+            stream.node_id().to_owned(),
+            stream.group.as_deref().unwrap_or("(none)").to_owned(),
+            nack.rejected_version.to_owned(),
+            nack.kept_version.to_owned(),
+            nack.nonce.to_owned(),
+            nack.error.message.clone(),
+        ]);
     }
 }
 
@@ -144,7 +151,7 @@ async fn callbacks_on_request_refusal_ends_the_stream_with_its_status_and_nothin
     assert_eq!(good.recv_type(EDS).await.resources.len(), 1);
 }
 
-// rules S4, S5
+// rules S4, S5: a NACK callback names the node, its group, the rejected version and the text.
 #[tokio::test]
 async fn callbacks_count_acks_and_nacks() {
     let (t, cache, counts) = recorded().await;
@@ -160,7 +167,8 @@ async fn callbacks_count_acks_and_nacks() {
     })
     .await;
     let last = counts.last_nack.lock().expect("lock").clone();
-    assert_eq!(last, Some((eds.nonce.clone(), "endpoints rejected".to_owned())));
+    let expected = ["n1", "n1", &eds.version_info, "", &eds.nonce, "endpoints rejected"];
+    assert_eq!(last, Some(expected.map(str::to_owned)), "node, group, rejected, kept, nonce, text");
     cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 2)]);
     let eds2 = ads.recv_type(EDS).await;
     ads.ack(&eds2).await;

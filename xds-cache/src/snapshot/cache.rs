@@ -344,6 +344,10 @@ impl Inner {
 }
 
 impl Cache for SnapshotCache {
+    fn group(&self, node: &Node) -> Option<String> {
+        Some(self.group_of(node))
+    }
+
     fn watch(
         &self,
         request: WatchRequest<'_>,

@@ -135,8 +135,11 @@ pub enum Event<K> {
     Nack {
         /// The response's type.
         type_key: K,
-        /// SotW: the version the client keeps. Delta: empty.
-        version: String,
+        /// The rejected response's version (SotW `version_info`, delta `system_version_info`).
+        rejected_version: String,
+        /// SotW: the version the client keeps (its request's `version_info`: the last one it
+        /// accepted). Delta: empty.
+        kept_version: String,
         /// The rejected response's nonce.
         nonce: String,
         /// The client's reason.
@@ -361,7 +364,15 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             }
             RequestKind::Nack { version, nonce, error } => {
                 slot.sent_at = None;
-                Some(Event::Nack { type_key: type_key.clone(), version, nonce, error })
+                // A NACK names the latest nonce (rule S5): the rejected response is the last sent.
+                let rejected_version = slot.sub.last_sent_version().unwrap_or_default().to_owned();
+                Some(Event::Nack {
+                    type_key: type_key.clone(),
+                    rejected_version,
+                    kept_version: version,
+                    nonce,
+                    error,
+                })
             }
             RequestKind::Stale { .. } => Some(Event::Stale { type_key: type_key.clone() }),
             RequestKind::Initial | RequestKind::Spontaneous => None,

@@ -99,8 +99,6 @@ struct Driver<P: Protocol> {
     info: StreamInfo,
     /// Who is on the other end, for the authorization point.
     peer: Peer,
-    /// The node, once the first request was accepted (rule S2), for authorization and watches.
-    node: Option<Node>,
     core: Arc<Shareable<P>>,
     watches: Watches,
     signal: Arc<Signal>,
@@ -135,6 +133,8 @@ pub(crate) fn open<P: Protocol>(
         peer_certificates: request
             .peer_certs()
             .map(|certs| Arc::new(certs.iter().map(|c| c.as_ref().to_vec()).collect())),
+        node: None,
+        group: None,
     };
     let limits = &shared.config.limits;
     let config = proto::StreamConfig {
@@ -154,7 +154,6 @@ pub(crate) fn open<P: Protocol>(
     // From here on, dropping the driver undoes the admission.
     let status = shared.status.open(info.id, P::LABEL);
     let driver = Driver::<P> {
-        node: None,
         core: Arc::new(Shareable(Mutex::new(core))),
         watches: Watches::default(),
         signal: Arc::new(Signal::new()),
@@ -341,7 +340,7 @@ impl<P: Protocol> Driver<P> {
             self.open_type(&type_url)?;
         }
         // Per-resource policy, asked with no lock held (rule C4: PERMISSION_DENIED per name).
-        let node = self.node.as_ref().unwrap_or(&ANONYMOUS);
+        let node = self.info.node.as_deref().unwrap_or(&ANONYMOUS);
         let names = P::requested_names(&request);
         let denied = self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names);
         let request = P::to_core(request, denied);
@@ -363,9 +362,12 @@ impl<P: Protocol> Driver<P> {
         status(error.to_string())
     }
 
-    /// The first request: the node is known (rule S2); the callbacks may refuse it.
+    /// The first request: the node is known (rule S2), and the group the cache serves it from;
+    /// the callbacks may refuse it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = lock(&self.core.0).node().cloned().unwrap_or_default();
+        let node = Arc::new(lock(&self.core.0).node().cloned().unwrap_or_default());
+        self.info.node = Some(node.clone());
+        self.info.group = self.shared.cache.group(&node).map(Arc::from);
         if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
             self.shared.metrics.refused("callback");
             return Err(Status::permission_denied(refusal.0));
@@ -375,18 +377,18 @@ impl<P: Protocol> Driver<P> {
         let mut status = lock(&self.status);
         status.node_id = node.id.clone();
         status.node_cluster = node.cluster.clone();
+        status.group = self.info.group.as_deref().map(str::to_owned);
         status.node = Some(node.clone());
         drop(status);
         tracing::Span::current().record("node", node.id.as_str());
-        tracing::debug!(node = %node.id, "stream started");
-        self.node = Some(node);
+        tracing::debug!(node = %node.id, group = self.info.group.as_deref(), "stream started");
         Ok(())
     }
 
     /// A type the stream has not used yet: the authorization point (the node and the type
     /// together decide: a Secret needs a certificate, say), then a watch of its resources.
     fn open_type(&mut self, type_url: &TypeUrl) -> Result<(), Status> {
-        let node = self.node.as_ref().unwrap_or(&ANONYMOUS);
+        let node = self.info.node.as_deref().unwrap_or(&ANONYMOUS);
         self.shared
             .authorize(&self.peer, Entry::Stream, Access::Resources { node, type_url })
             .map_err(|r| Status::permission_denied(r.0))?;

@@ -6,7 +6,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use xds_core::Event;
 use xds_proto::TypeUrl;
 
-use crate::callbacks::StreamInfo;
+use crate::callbacks::{Nack, StreamInfo};
 use crate::server::Shared;
 use crate::status::{NackStatus, StreamStatus, TypeStatus, bounded_owned, lock, now_ms};
 
@@ -43,12 +43,18 @@ pub(super) fn record(
                     ts.acked_version = ts.sent_version.clone();
                 }
             }
-            Event::Nack { type_key, version, nonce, error } => {
+            Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
                 shared.metrics.nack(variant, shared.label(type_key));
-                let nack =
-                    NackStatus::new(version.clone(), nonce.clone(), &error.message, now_ms());
+                let nack = NackStatus::new(
+                    kept_version.clone(),
+                    rejected_version.clone(),
+                    nonce.clone(),
+                    &error.message,
+                    now_ms(),
+                );
                 tracing::info!(
                     type_url = %type_key,
+                    rejected_version = %nack.rejected_version,
                     version = %nack.version,
                     error = %nack.error,
                     error_bytes = nack.error_bytes,
@@ -86,8 +92,15 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: Vec<Event<Ty
                 Event::Ack { type_key, version, nonce, .. } => {
                     callbacks.on_ack(stream, &type_key, &version, &nonce);
                 }
-                Event::Nack { type_key, version, nonce, error } => {
-                    callbacks.on_nack(stream, &type_key, &version, &nonce, &error);
+                Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
+                    let nack = Nack {
+                        type_url: &type_key,
+                        rejected_version: &rejected_version,
+                        nonce: &nonce,
+                        kept_version: &kept_version,
+                        error: &error,
+                    };
+                    callbacks.on_nack(stream, &nack);
                 }
                 Event::Sent { type_key, version, nonce, resources, .. } => {
                     callbacks.on_response(stream, &type_key, &version, &nonce, resources);
