@@ -1,12 +1,14 @@
 //! Accepting connections for the gRPC, REST and admin ports: TLS with client certificates, a
 //! deadline for the TLS handshake and the first bytes of the protocol, an accept loop that backs
 //! off on errors (out of file descriptors, say) instead of spinning, and, where set, a cap on the
-//! connections open at once and an idle timeout. [`serve_http`] serves an HTTP router on it with
-//! a deadline for each request's headers.
+//! connections open at once, on the connections of each peer, and an idle timeout.
+//! [`serve_http`] serves an HTTP router on it with a deadline for each request's headers.
 //!
 //! A listener's connection cap is what keeps one port's peers from taking the process's file
 //! descriptors from the others: past it, connections wait in the kernel's backlog, which costs
-//! the process none.
+//! the process none. Caps that add up to less than the [open-file limit](fd_limit()) keep a flood
+//! on one port from stopping the others. The per-peer cap keeps one peer from taking a whole
+//! port: a connection past it is closed as soon as it is accepted.
 //!
 //! [`Incoming`] is both a `Stream` of connections for tonic's
 //! `serve_with_incoming_shutdown` and an [`axum::serve::Listener`] whose address is the
@@ -21,7 +23,7 @@ use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,6 +40,13 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::PollSemaphore;
 
 use crate::authz::Peer;
+use crate::status::lock;
+
+mod open_files;
+mod peers;
+
+pub use open_files::{FdLimit, fd_limit, raise_fd_limit};
+use peers::{PeerCounts, PeerSlot, Refusals};
 
 /// How connections are accepted.
 #[derive(Clone, Debug)]
@@ -69,6 +78,15 @@ pub struct TransportConfig {
     /// nothing more is accepted until one closes: new connections wait in the kernel's backlog,
     /// holding no file descriptor of the process.
     pub max_connections: Option<usize>,
+    /// Connections one peer may hold open at once, handshakes included (`None`, the default: no
+    /// cap of its own). A peer is an IPv4 address, or an IPv6 /64 prefix (one host's usual
+    /// share: it cannot dodge the cap by rotating its addresses); an IPv4-mapped IPv6 address
+    /// counts as the IPv4 address. A connection past its peer's cap is closed (reset) as soon as
+    /// it is accepted, before any handshake or read: it takes no place under `max_connections`,
+    /// so one peer cannot hold the whole port, as it could under `max_connections` alone.
+    /// Refusals are logged at warn level, at most once a second per listener, with their count.
+    /// Peers behind one NAT or proxy share a cap: set it above what such a group opens.
+    pub max_connections_per_peer: Option<usize>,
     /// Close a connection on which nothing was read or written for this long (`None`, the
     /// default: never). For ports with short requests only (admin): a REST long poll or an xDS
     /// stream may rightly be quiet for a long time.
@@ -89,6 +107,7 @@ impl Default for TransportConfig {
             max_connection_age: None,
             max_connection_age_jitter: 0.1,
             max_connections: None,
+            max_connections_per_peer: None,
             idle_timeout: None,
             header_read_timeout: Duration::from_secs(10),
         }
@@ -212,6 +231,10 @@ pub struct Incoming<S> {
     /// The connection cap's slots (`max_connections`), and one taken for the next accept.
     slots: Option<PollSemaphore>,
     reserved: Option<OwnedSemaphorePermit>,
+    /// The connections each peer holds (`max_connections_per_peer`), shared with the
+    /// connections, which give their place back when they close.
+    peers: Option<Arc<Mutex<PeerCounts>>>,
+    refusals: Refusals,
 }
 
 impl<S> std::fmt::Debug for Incoming<S> {
@@ -219,6 +242,7 @@ impl<S> std::fmt::Debug for Incoming<S> {
         f.debug_struct("Incoming")
             .field("local_addr", &self.listener.local_addr().ok())
             .field("handshakes", &self.handshakes.len())
+            .field("peers", &self.peers.as_ref().map(|peers| lock(peers).peers()))
             .finish()
     }
 }
@@ -255,8 +279,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
             listener,
             upgrade,
             next_backoff: config.accept_backoff,
-            slots: config.max_connections.map(|n| PollSemaphore::new(Arc::new(Semaphore::new(n)))),
+            slots: config.max_connections.map(|n| {
+                PollSemaphore::new(Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS))))
+            }),
             reserved: None,
+            peers: config
+                .max_connections_per_peer
+                .map(|n| Arc::new(Mutex::new(PeerCounts::new(n)))),
+            refusals: Refusals::new(std::time::Instant::now()),
             config,
             handshakes: FuturesUnordered::new(),
             backoff: None,
@@ -292,6 +322,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                 Poll::Pending => return,
                 Poll::Ready(Ok((tcp, addr))) => {
                     self.next_backoff = self.config.accept_backoff;
+                    // Past its peer's cap: closed before a handshake or a read costs anything.
+                    let peer = match self.peers.as_ref().map(|p| PeerSlot::take(p, addr.ip())) {
+                        Some(None) => {
+                            self.refuse(tcp, addr);
+                            continue;
+                        }
+                        taken => taken.flatten(),
+                    };
                     if self.config.nodelay {
                         let _ = tcp.set_nodelay(true);
                     }
@@ -301,11 +339,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                         .max_connection_age
                         .map(|age| jittered(age, self.config.max_connection_age_jitter));
                     let upgrade = (self.upgrade)(tcp);
-                    let slot = self.reserved.take();
+                    let held = Held { _total: self.reserved.take(), _peer: peer };
                     let idle = self.config.idle_timeout;
                     self.handshakes.push(Box::pin(async move {
                         match tokio::time::timeout_at(deadline, upgrade).await {
-                            Ok(Ok(io)) => Some(Conn::new(io, deadline, max_age, idle, slot)),
+                            Ok(Ok(io)) => Some(Conn::new(io, deadline, max_age, idle, held)),
                             Ok(Err(e)) => {
                                 tracing::debug!(%addr, error = %e, "TLS handshake failed");
                                 None
@@ -333,6 +371,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                     self.next_backoff = (self.next_backoff * 2).min(self.config.max_accept_backoff);
                 }
             }
+        }
+    }
+}
+
+impl<S> Incoming<S> {
+    /// Closes a connection whose peer is at its cap: at once, with a reset (no `TIME_WAIT` kept
+    /// for it), before anything is read. Its place under `max_connections` stays reserved for
+    /// the next accept.
+    fn refuse(&mut self, tcp: TcpStream, addr: std::net::SocketAddr) {
+        let _ = tcp.set_zero_linger();
+        drop(tcp);
+        if let Some(refused) = self.refusals.handle_refusal(std::time::Instant::now()) {
+            tracing::warn!(
+                local = ?self.listener.local_addr().ok(),
+                peer = %addr.ip(),
+                refused,
+                cap = self.config.max_connections_per_peer,
+                "connections refused: their peer holds its cap of connections open"
+            );
         }
     }
 }
@@ -396,8 +453,16 @@ pub struct Conn<S> {
     expires: Option<Pin<Box<Sleep>>>,
     /// [`TransportConfig::idle_timeout`], and when it runs out unless bytes move.
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
-    /// Its place under [`TransportConfig::max_connections`], given back when it closes.
-    _slot: Option<OwnedSemaphorePermit>,
+    /// Its places under the caps, given back when it closes.
+    _held: Held,
+}
+
+/// A connection's places under [`TransportConfig::max_connections`] and
+/// [`TransportConfig::max_connections_per_peer`] (each where set), held until it is dropped.
+#[derive(Debug)]
+struct Held {
+    _total: Option<OwnedSemaphorePermit>,
+    _peer: Option<PeerSlot>,
 }
 
 /// `age` varied at random by up to `jitter` (a fraction) either way.
@@ -416,7 +481,7 @@ impl<S> Conn<S> {
         deadline: Instant,
         max_age: Option<Duration>,
         idle: Option<Duration>,
-        slot: Option<OwnedSemaphorePermit>,
+        held: Held,
     ) -> Self {
         Conn {
             inner,
@@ -424,7 +489,7 @@ impl<S> Conn<S> {
             read: 0,
             expires: max_age.map(|age| Box::pin(tokio::time::sleep(age))),
             idle: idle.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
-            _slot: slot,
+            _held: held,
         }
     }
 
@@ -545,7 +610,7 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 /// for open connections to finish their requests. Every request carries its connection's
 /// [`Peer`] as `axum::extract::ConnectInfo<Peer>` (for the authorization point), and an HTTP/1
 /// request's headers must arrive within [`TransportConfig::header_read_timeout`]; together with
-/// [`Incoming`]'s guards (handshake deadline, connection cap, idle timeout) a port served this
+/// [`Incoming`]'s guards (handshake deadline, connection caps, idle timeout) a port served this
 /// way holds no connection a peer leaves idle or trickles bytes into.
 pub async fn serve_http<S>(
     mut incoming: Incoming<S>,

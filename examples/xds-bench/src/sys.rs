@@ -38,21 +38,7 @@ fn clock_ticks() -> i64 {
 
 /// Raises this process's soft open-file limit to its hard limit (each xDS connection is a file
 /// descriptor; 5,000 clients need more than the usual 1,024). Returns the new soft limit.
-pub fn raise_fd_limit() -> io::Result<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a valid rlimit to write into.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: `limit` is a valid rlimit to read from.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(limit.rlim_cur)
-}
+pub use xds_server::transport::raise_fd_limit;
 
 /// The `p`-th percentile (0..=100, nearest rank) of sorted `values`.
 pub fn percentile(sorted: &[u32], p: f64) -> u32 {

@@ -4,9 +4,11 @@ use xds_proto::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use xds_proto::prost;
 
 use crate::cli::Args;
+use crate::conn_caps::ConnectionCaps;
 
-/// Prints the listening addresses and a bootstrap for Envoy and for a gRPC client.
-pub(crate) fn print_banner(args: &Args, tls: bool) {
+/// Prints the listening addresses, the connection caps and a bootstrap for Envoy and for a gRPC
+/// client.
+pub(crate) fn print_banner(args: &Args, tls: bool, caps: &ConnectionCaps) {
     let scheme = if tls { "https" } else { "http" };
     let (host, port) = (args.grpc_addr.ip(), args.grpc_addr.port());
     println!(
@@ -14,6 +16,7 @@ pub(crate) fn print_banner(args: &Args, tls: bool) {
   gRPC xDS (ADS + per-type, SotW + delta, CSDS): {scheme}://{grpc}
   REST-JSON xDS: {scheme}://{http}/v3/discovery:clusters
   admin (/healthz, /metrics, /status, CSDS): http://{admin}
+  connections at most: {caps}
 
 Point Envoy at it (bootstrap):
   node: {{ id: envoy-1, cluster: demo }}

@@ -81,9 +81,15 @@ pub struct Args {
     #[arg(long, requires = "tls_cert")]
     pub admin_client_ca: Option<PathBuf>,
     /// Connections the admin port keeps open at once; more wait in the kernel's backlog, so it
-    /// never takes the file descriptors the xDS ports need.
-    #[arg(long, default_value_t = 64)]
-    pub admin_max_connections: usize,
+    /// never takes the file descriptors the xDS ports need. Default: 64, or a quarter of the
+    /// connection budget if less (see --max-connections).
+    #[arg(long, value_parser = cap)]
+    pub admin_max_connections: Option<usize>,
+    /// Connections one peer (an IPv4 address, an IPv6 /64) may hold open on the admin port; more
+    /// are closed at once, so one peer never keeps the probes out. Default: a quarter of
+    /// --admin-max-connections (at least 1).
+    #[arg(long, value_parser = cap)]
+    pub admin_max_connections_per_peer: Option<usize>,
     /// Close an admin connection on which nothing moved for this many seconds.
     #[arg(long, default_value_t = 30)]
     pub admin_idle_timeout_s: u64,
@@ -119,6 +125,27 @@ pub struct Args {
     /// bytes within this many seconds.
     #[arg(long, default_value_t = 10)]
     pub handshake_timeout_s: u64,
+    /// Connections the gRPC port keeps open at once; more wait in the kernel's backlog. Every
+    /// port has a cap, and the caps add up to less than the open-file limit (raised to the hard
+    /// limit at start) less a reserve for files, etcd and the listeners (a sixteenth of the
+    /// limit, at least 64): a flood of connections can never exhaust the process's descriptors.
+    /// Default: three quarters of what that budget leaves after the admin port; caps given that
+    /// do not fit refuse the start.
+    #[arg(long, value_parser = cap)]
+    pub max_connections: Option<usize>,
+    /// Connections one peer (an IPv4 address, an IPv6 /64) may hold open on the gRPC port; more
+    /// are closed at once. Peers behind one NAT or proxy count as one. Default: a quarter of
+    /// --max-connections.
+    #[arg(long, value_parser = cap)]
+    pub max_connections_per_peer: Option<usize>,
+    /// Connections the REST port keeps open at once (see --max-connections). Default: a quarter
+    /// of what the budget leaves after the admin port.
+    #[arg(long, value_parser = cap)]
+    pub rest_max_connections: Option<usize>,
+    /// Connections one peer may hold open on the REST port. Default: a quarter of
+    /// --rest-max-connections.
+    #[arg(long, value_parser = cap)]
+    pub rest_max_connections_per_peer: Option<usize>,
     /// The HTTP/2 MAX_CONCURRENT_STREAMS the gRPC port advertises.
     #[arg(long, default_value_t = 256)]
     pub max_concurrent_streams: u32,
@@ -197,6 +224,19 @@ pub struct Args {
     /// Log filter (e.g. `info`, `debug`, `xds_server=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
+}
+
+/// A connection cap: at least 1. A cap of 0 is refused, not read as "no cap": every port has a
+/// cap so that together they fit the open-file limit, and a per-peer cap as large as its port's
+/// is how to lift it.
+fn cap(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("a connection cap is at least 1 (0 would refuse every connection; to lift a \
+                      per-peer cap, give it the port's cap)"
+            .into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The format of the files written to `--write-dir`.

@@ -21,6 +21,7 @@ mod banner;
 pub mod check;
 pub mod cli;
 pub mod config;
+mod conn_caps;
 pub mod etcd;
 mod reload;
 
@@ -47,6 +48,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .into());
     }
+    // Before anything opens a descriptor that counts: caps that do not fit the limit stop here.
+    let caps = conn_caps::plan(&args, conn_caps::open_file_limit())
+        .map_err(|e| format!("cannot start: {e}"))?;
     // From etcd, nothing is served (and /ready says so) until the source's first valid read.
     let files = if from_etcd {
         None
@@ -188,12 +192,13 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ..Default::default()
     };
     // Only the gRPC port's connections age: REST requests are short-lived.
-    let grpc_transport = TransportConfig {
+    let grpc_transport = caps.grpc.apply(TransportConfig {
         max_connection_age: Some(Duration::from_secs(args.max_connection_age_s))
             .filter(|d| !d.is_zero()),
         max_connection_age_jitter: args.max_connection_age_jitter.clamp(0.0, 1.0),
         ..transport.clone()
-    };
+    });
+    let rest_transport = caps.rest.apply(transport.clone());
 
     match files {
         Some((loader, loaded)) => {
@@ -244,13 +249,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let admin_access::AdminAccess::Token(token) = admin_access {
         admin = admin_access::require_token(admin, token);
     }
-    // The admin port has the xDS ports' guards, and a connection cap of its own: idle or slow
-    // connections to it are closed, and it never holds more descriptors than its cap.
-    let admin_transport = TransportConfig {
-        max_connections: Some(args.admin_max_connections.max(1)),
+    // The admin port has the xDS ports' guards and an idle timeout: its requests are short, so
+    // idle or slow connections to it are closed.
+    let admin_transport = caps.admin.apply(TransportConfig {
         idle_timeout: Some(Duration::from_secs(args.admin_idle_timeout_s.max(1))),
-        ..transport.clone()
-    };
+        ..transport
+    });
     match admin_tls {
         Some(tls) => tokio::spawn(serve_http(
             Incoming::tls(admin_listener, admin_transport, tls),
@@ -266,18 +270,18 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let rest = server.discovery_router();
     match &tls {
         Some(tls) => tokio::spawn(serve_http(
-            Incoming::tls(http_listener, transport.clone(), tls.clone()),
+            Incoming::tls(http_listener, rest_transport, tls.clone()),
             rest,
             server.shutting_down(),
         )),
         None => tokio::spawn(serve_http(
-            Incoming::plain(http_listener, transport.clone()),
+            Incoming::plain(http_listener, rest_transport),
             rest,
             server.shutting_down(),
         )),
     };
     if args.log_format == cli::LogFormat::Text {
-        print_banner(&args, tls.is_some());
+        print_banner(&args, tls.is_some(), &caps);
     } else {
         // A log pipeline reads one JSON object per line: no free text on stdout.
         tracing::info!(
@@ -285,6 +289,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             http = %args.http_addr,
             admin = %args.admin_addr,
             tls = tls.is_some(),
+            connections = %caps,
             config = %state.lock().unwrap_or_else(|e| e.into_inner()).path,
             "serving"
         );

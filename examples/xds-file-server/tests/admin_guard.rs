@@ -1,15 +1,19 @@
-//! The admin port is guarded like the xDS ports: idle and slow connections are closed, it keeps
-//! at most `--admin-max-connections` open (the rest wait in the kernel's backlog), so a flood of
-//! idle connections to it never takes the descriptors gRPC and REST need; and off loopback it
-//! needs credentials (`--admin-token-file`, or mTLS).
+//! Every port keeps at most its cap of connections open (the rest wait in the kernel's
+//! backlog), and the caps fit the open-file limit, so a flood of idle connections to one port
+//! never takes the descriptors the others need; one peer holds at most its own cap of a port
+//! (the rest are closed at once), so it never keeps another's probe out. The admin port is
+//! guarded like the xDS ports: idle and slow connections are closed; and off loopback it needs
+//! credentials (`--admin-token-file`, or mTLS).
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 mod common;
 use common::*;
@@ -17,8 +21,12 @@ use common::*;
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
 fn write_config(dir: &Path) {
+    write_clusters(dir, &["a", "b"]);
+}
+
+fn write_clusters(dir: &Path, names: &[&str]) {
     let mut text = String::from("resources:\n");
-    for name in ["a", "b"] {
+    for name in names {
         text.push_str(&format!(
             "  - \"@type\": {CDS}\n    name: {name}\n    type: STATIC\n    connect_timeout: 1s\n"
         ));
@@ -26,28 +34,22 @@ fn write_config(dir: &Path) {
     std::fs::write(dir.join("clusters.yaml"), text).unwrap();
 }
 
-/// Starts the binary under `ulimit -n fds`, on free loopback ports, and waits for `/healthz`.
-async fn start_limited(config: &Path, fds: u32, extra: &[&str]) -> Running {
-    let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
-    let child = Command::new("bash")
-        .arg("-c")
-        .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_xds-file-server"))
-        .args(["--config", &config.display().to_string()])
-        .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
-        .args(["--admin-addr", &admin.to_string(), "--log", "error"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut running = Running { child, grpc, http, admin };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !matches!(running.get("/healthz").await, Ok((200, _))) {
-        assert!(running.alive(), "the server exited");
-        assert!(Instant::now() < deadline, "the server did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    running
+/// The `i`-th of `peers` loopback addresses, 127.0.`subnet`.1 and up: a flood from many peers
+/// meets the port's cap, not only each peer's.
+fn peer(subnet: u8, peers: usize, i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, subnet, (i % peers) as u8 + 1))
+}
+
+/// REST answers a discovery request within 5 s.
+async fn rest_answers(running: &Running) {
+    let body = r#"{"node":{"id":"rest"},"type_url":"type.googleapis.com/envoy.config.cluster.v3.Cluster"}"#;
+    let (code, _) = tokio::time::timeout(
+        Duration::from_secs(5),
+        Running::post(running.http, "/v3/discovery:clusters", body),
+    )
+    .await
+    .expect("REST answers in time");
+    assert_eq!(code, 200);
 }
 
 /// The clusters a delta ADS client is sent first, within `within`.
@@ -71,54 +73,100 @@ async fn grpc_and_rest_keep_serving_while_2000_idle_connections_sit_on_the_admin
     let dir = temp_dir("admin-flood");
     write_config(&dir);
     // 256 descriptors: far fewer than the idle connections offered to the admin port.
-    let running = start_limited(&dir, 256, &[]).await;
+    let running = Running::start_limited(&dir, 256, &[]).await;
 
-    // 2,000 connections offered at once, each kept open and silent; those past the kernel's
-    // backlog keep retrying their handshake meanwhile.
-    let established = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (release, released) = tokio::sync::watch::channel(false);
-    let mut idle = tokio::task::JoinSet::new();
-    for _ in 0..2000 {
-        let (admin, established, mut released) =
-            (running.admin, established.clone(), released.clone());
-        idle.spawn(async move {
-            if let Ok(conn) = TcpStream::connect(admin).await {
-                established.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let _ = released.wait_for(|r| *r).await;
-                drop(conn);
-            }
-        });
-    }
+    // 2,000 connections offered at once from 100 peers, each kept open and silent: the port's
+    // cap holds, not only each peer's. Those past the kernel's backlog keep retrying.
+    let flood = Flood::open(running.admin, 2000, |i| peer(2, 100, i));
     // Past the 256 descriptors the server has (the rest keep retrying). How many more the
     // kernel completes depends on its backlogs and on how fast a loaded machine runs the
     // handshakes (452 seen in 15 s under a full test run): past the server's descriptors is
     // what the test needs.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while established.load(std::sync::atomic::Ordering::SeqCst) < 384 {
-        let open = established.load(std::sync::atomic::Ordering::SeqCst);
-        assert!(Instant::now() < deadline, "only {open} admin connections were established");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    flood
+        .until("admin connections established", Duration::from_secs(30), |f| f.established() >= 384)
+        .await;
 
     // A proxy gets its configuration and REST answers, with every idle connection still open.
     assert_eq!(clusters_within(&running, Duration::from_secs(5)).await, 2);
-    let body = r#"{"node":{"id":"rest"},"type_url":"type.googleapis.com/envoy.config.cluster.v3.Cluster"}"#;
-    let (code, _) = tokio::time::timeout(
-        Duration::from_secs(5),
-        Running::post(running.http, "/v3/discovery:clusters", body),
-    )
-    .await
-    .expect("REST answers in time");
-    assert_eq!(code, 200);
+    rest_answers(&running).await;
 
     // Once they go, the admin port answers again.
-    let _ = release.send(true);
-    idle.abort_all();
+    flood.release();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !matches!(running.get("/healthz").await, Ok((200, _))) {
         assert!(Instant::now() < deadline, "the admin port did not recover");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_proxy_rest_and_admin_keep_serving_while_idle_connections_flood_the_grpc_port()
+{
+    let dir = temp_dir("grpc-flood");
+    write_config(&dir);
+    // 256 descriptors: the caps of the three ports and the reserve share them out.
+    let running = Running::start_limited(&dir, 256, &[]).await;
+    let (tx, mut proxy) = delta_clusters(running.grpc, "proxy", &Default::default()).await;
+    let first = tokio::time::timeout(Duration::from_secs(5), proxy.message()).await;
+    let first = first.expect("the proxy is served").unwrap().unwrap();
+    assert_eq!(first.resources.len(), 2);
+    let ack = DeltaDiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: first.nonce,
+        ..Default::default()
+    };
+    tx.send(ack).await.unwrap();
+
+    // 2,000 connections offered at once from 40 peers, kept open and silent: more than every
+    // descriptor of the server, and more than the port's cap however each peer's is set.
+    let flood = Flood::open(running.grpc, 2000, |i| peer(1, 40, i));
+    flood
+        .until("gRPC connections established", Duration::from_secs(30), |f| f.established() >= 384)
+        .await;
+
+    // The server keeps descriptors to spare: the caps (108 + 36 + 48 at this limit) leave 64.
+    // (125 seen: 17 of its own and the gRPC port's 108.)
+    let (fds, open) = (running.open_fds(), flood.open_now());
+    assert!(fds <= 256 - 32, "{fds} descriptors open under a limit of 256, {open} flooding");
+    rest_answers(&running).await;
+    let ready = tokio::time::timeout(Duration::from_secs(5), running.get("/ready")).await;
+    assert_eq!(ready.expect("/ready answers in time").unwrap().0, 200);
+    // A reload reads the configuration (descriptors again), and the proxy is sent the change.
+    write_clusters(&dir, &["a", "b", "c"]);
+    let change = tokio::time::timeout(Duration::from_secs(15), proxy.message()).await;
+    let change = change.expect("the proxy is sent the change").unwrap().unwrap();
+    assert_eq!(change.resources.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["c"]);
+
+    // Once the flood goes, a new proxy connects and is served.
+    flood.release();
+    assert_eq!(clusters_within(&running, Duration::from_secs(15)).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_filling_the_admin_port_cannot_keep_another_peers_probe_out() {
+    let dir = temp_dir("admin-peer");
+    write_config(&dir);
+    // The per-peer cap is left to its default, a quarter: 16. Connections that send nothing are
+    // kept 30 s, longer than the test.
+    let running =
+        Running::start(&dir, &["--admin-max-connections", "64", "--handshake-timeout-s", "30"])
+            .await;
+
+    // One peer opens far more than the port's 64 and keeps them open and silent (a connection
+    // the server resets before its client sees it open counts as failed).
+    let flood = Flood::open(running.admin, 200, |_| "127.0.0.2".parse().unwrap());
+    let past_the_port = |f: &Flood| f.established() + f.failed() >= 100;
+    flood.until("admin connections opened", Duration::from_secs(15), past_the_port).await;
+
+    // Another peer's probe is answered at once, not after the flood's connections time out.
+    let ready = tokio::time::timeout(Duration::from_secs(3), running.get("/ready")).await;
+    assert_eq!(ready.expect("/ready answers while one peer floods").unwrap().0, 200);
+    // The flooding peer holds exactly its cap; the rest were closed as soon as accepted.
+    let cap = |f: &Flood| f.established() + f.failed() == 200 && f.open_now() <= 16;
+    flood.until("connections past the peer's cap closed", Duration::from_secs(10), cap).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(flood.open_now(), 16);
+    flood.release();
 }
 
 /// Reads from `conn` until it is closed by the server; how long that took, or `None` if it was

@@ -1,16 +1,20 @@
 //! What the binary's end-to-end tests share: a running `xds-file-server` on free loopback ports
-//! (gRPC, REST, admin), plain HTTP requests to it, and a scratch directory.
+//! (gRPC, REST, admin), plain HTTP requests to it, floods of idle connections, and a scratch
+//! directory.
 #![allow(dead_code, unreachable_pub)] // each test file uses its own part
 #![allow(clippy::unwrap_used)] // helpers fail loudly by design
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -59,13 +63,31 @@ impl Running {
     /// Starts the binary with `args` (and free loopback ports) and waits until the admin port
     /// answers `/healthz`.
     pub async fn start_with(args: &[String]) -> Running {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_xds-file-server"));
+        command.args(["--log", "warn"]).args(args);
+        Running::launch(command).await
+    }
+
+    /// Starts the binary under `ulimit -n fds` (soft and hard: it cannot raise it), on free
+    /// loopback ports, and waits for `/healthz`.
+    pub async fn start_limited(config: &Path, fds: u32, extra: &[&str]) -> Running {
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_xds-file-server"))
+            .args(["--config", &config.display().to_string(), "--log", "error"])
+            .args(extra);
+        Running::launch(command).await
+    }
+
+    /// Runs `command` (the binary and its flags) on free loopback ports, and waits until the
+    /// admin port answers `/healthz` (every port is bound before any answers).
+    async fn launch(mut command: Command) -> Running {
         let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
-        let extra = args;
-        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+        let child = command
             .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
             .args(["--admin-addr", &admin.to_string()])
-            .args(["--log", "warn"])
-            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -79,6 +101,11 @@ impl Running {
             assert!(Instant::now() < deadline, "the server did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The file descriptors the server has open now.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).unwrap().count()
     }
 
     pub fn alive(&mut self) -> bool {
@@ -140,7 +167,7 @@ impl Running {
 
 /// Sends `raw` to `addr` and reads the whole HTTP/1.1 response: the status code and the body.
 async fn request(addr: SocketAddr, raw: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut stream = TcpStream::connect(addr).await?;
     stream.write_all(raw.as_bytes()).await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
@@ -182,4 +209,97 @@ pub async fn delta_clusters(
         .unwrap()
         .into_inner();
     (tx, responses)
+}
+
+/// A TCP connection to `addr` from the local address `source` (on loopback any 127.x.y.z: each
+/// is another peer to the server).
+pub async fn connect_from(source: IpAddr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = match source {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(addr).await
+}
+
+/// Connections opened all at once to one port and kept open and silent until the flood is
+/// released (or dropped); those past the kernel's backlog keep retrying their handshake.
+pub struct Flood {
+    /// Connections whose handshake completed.
+    established: Arc<AtomicUsize>,
+    /// Connections the server closed (read end or reset) before the release.
+    closed: Arc<AtomicUsize>,
+    /// Connections that failed to open: reset by the server before the client saw them open.
+    failed: Arc<AtomicUsize>,
+    release: tokio::sync::watch::Sender<bool>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Flood {
+    /// Opens `count` connections to `addr`, the i-th from the local address `source(i)`.
+    pub fn open(addr: SocketAddr, count: usize, source: impl Fn(usize) -> IpAddr) -> Flood {
+        let counter = || Arc::new(AtomicUsize::new(0));
+        let (established, closed, failed) = (counter(), counter(), counter());
+        let (release, released) = tokio::sync::watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..count {
+            let (from, mut released) = (source(i), released.clone());
+            let (established, closed, failed) =
+                (established.clone(), closed.clone(), failed.clone());
+            tasks.spawn(async move {
+                let Ok(mut conn) = connect_from(from, addr).await else {
+                    failed.fetch_add(1, Ordering::SeqCst);
+                    return;
+                };
+                established.fetch_add(1, Ordering::SeqCst);
+                // Whatever the server sends (an HTTP/2 server its SETTINGS) is read and dropped,
+                // until it closes the connection.
+                let until_closed = async {
+                    let mut buf = [0u8; 256];
+                    while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+                };
+                tokio::select! {
+                    _ = released.wait_for(|r| *r) => {}
+                    _ = until_closed => { closed.fetch_add(1, Ordering::SeqCst); }
+                }
+            });
+        }
+        Flood { established, closed, failed, release, tasks }
+    }
+
+    pub fn established(&self) -> usize {
+        self.established.load(Ordering::SeqCst)
+    }
+
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub fn failed(&self) -> usize {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// The connections open now: established and not closed by the server.
+    pub fn open_now(&self) -> usize {
+        self.established() - self.closed()
+    }
+
+    /// Waits until `done` holds; panics after `within`.
+    pub async fn until(&self, what: &str, within: Duration, done: impl Fn(&Flood) -> bool) {
+        let deadline = Instant::now() + within;
+        while !done(self) {
+            let (open, closed, failed) = (self.established(), self.closed(), self.failed());
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {open} established, {closed} closed, {failed} failed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Closes every connection and stops the ones still trying.
+    pub fn release(mut self) {
+        let _ = self.release.send(true);
+        self.tasks.abort_all();
+    }
 }
