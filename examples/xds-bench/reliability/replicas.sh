@@ -132,7 +132,8 @@ for ((i = 0; i < REPLICAS; i++)); do
   g=$((BASE_PORT + 3 * i)) h=$((BASE_PORT + 3 * i + 1)) a=$((BASE_PORT + 3 * i + 2))
   log="$WORK/replica-$i.log"
   "$WORK/xds-file-server" --etcd "$ETCD_URL" --prefix "$PREFIX" --grpc-addr "127.0.0.1:$g" \
-    --http-addr "127.0.0.1:$h" --admin-addr "127.0.0.1:$a" --log warn ${REPLICA_ARGS:-} >"$log" 2>&1 &
+    --http-addr "127.0.0.1:$h" --admin-addr "127.0.0.1:$a" --log warn \
+    --max-connections-per-peer "$CLIENTS" ${REPLICA_ARGS:-} >"$log" 2>&1 &
   REPLICA_PIDS+=($!)
   servers+=("http://127.0.0.1:$g")
 done
