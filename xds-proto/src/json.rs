@@ -13,7 +13,9 @@
 //!   virtual_hosts[0].domainz: unknown field`.
 //!
 //! YAML is read into JSON first (with `<<` merge keys applied), so both go through the same
-//! path and give the same errors.
+//! path and give the same errors. A document of many resources (a control plane's configuration
+//! file) is read one resource at a time by [`read_resource_document`], so that what it holds is one
+//! resource, not a tree of the whole document.
 //!
 //! Messages decoded from JSON are passed through [`canonical_bytes`] before prost decodes them,
 //! so the `value` bytes of every `Any` they contain do not depend on map iteration order: the
@@ -27,6 +29,12 @@ use serde_json::Value;
 use crate::canonical::canonical_bytes;
 use crate::descriptor::descriptor_pool;
 use crate::pb::google::protobuf::Any;
+
+mod stream;
+
+pub use stream::{
+    DocumentError, DocumentPart, TextFormat, read_resource_document, resource_location,
+};
 
 /// Why a message could not be read from or written to JSON or YAML.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -213,6 +221,14 @@ pub const MAX_NESTING: usize = 100;
 /// Parsing is bounded: nesting deeper than [`MAX_NESTING`] and alias expansion beyond
 /// `serde-saphyr`'s default budget are refused with a [`JsonError::Syntax`] giving the line.
 pub fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
+    let value: Yaml =
+        serde_saphyr::from_str_with_options(yaml, yaml_options(yaml.len())).map_err(yaml_error)?;
+    yaml_value_to_json(value)
+}
+
+/// How YAML is read, the same for a whole value ([`yaml_to_json`]) and for a document read one
+/// resource at a time ([`read_resource_document`]): the parser's bounds and YAML 1.2's scalars.
+fn yaml_options(len: usize) -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     let mut budget = serde_saphyr::Budget::default();
     budget.max_depth = MAX_NESTING;
@@ -222,7 +238,7 @@ pub fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
     // (kept at the library's defaults).
     budget.max_events = usize::MAX;
     budget.max_nodes = usize::MAX;
-    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(yaml.len());
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(len);
     options.budget = Some(budget);
     // YAML 1.2 as serde_yaml read it: `yes`/`on` are strings, `.nan` is a number.
     options.strict_booleans = true;
@@ -230,29 +246,36 @@ pub fn yaml_to_json(yaml: &str) -> Result<Value, JsonError> {
     options.leading_zero_numbers_as_strings = true;
     options.underscored_numbers_as_strings = true;
     options.with_snippet = false;
-    let value: Yaml = serde_saphyr::from_str_with_options(yaml, options).map_err(|e| {
-        let location = e.location();
-        let line = location.map(|l| usize::try_from(l.line()).unwrap_or(usize::MAX));
-        let column = location.map(|l| usize::try_from(l.column()).unwrap_or(usize::MAX));
-        let message = e.without_snippet().to_string();
-        // The same words as JSON's refusal, whichever of the parser's limits tripped.
-        if message.contains("recursion limit") || message.contains("depth") {
-            return too_deep(line.unwrap_or(0), column.unwrap_or(0));
-        }
-        JsonError::Syntax { line, column, message }
-    })?;
-    yaml_value_to_json(value)
+    options
+}
+
+/// A YAML parser's error as a [`JsonError::Syntax`] with its position; any of the parser's
+/// nesting limits is reported in the same words as JSON's.
+fn yaml_error(e: serde_saphyr::Error) -> JsonError {
+    let location = e.location();
+    let line = location.map(|l| usize::try_from(l.line()).unwrap_or(usize::MAX));
+    let column = location.map(|l| usize::try_from(l.column()).unwrap_or(usize::MAX));
+    let message = e.without_snippet().to_string();
+    if message.contains("recursion limit") || message.contains("depth") {
+        return too_deep(line.unwrap_or(0), column.unwrap_or(0));
+    }
+    JsonError::Syntax { line, column, message }
 }
 
 /// Reads JSON text into a value, refusing nesting deeper than [`MAX_NESTING`] (with the line)
 /// before parsing, so the refusal costs one linear scan.
 pub fn json_value_from_str(json: &str) -> Result<Value, JsonError> {
     check_json_nesting(json)?;
-    serde_json::from_str(json).map_err(|e| JsonError::Syntax {
+    serde_json::from_str(json).map_err(json_error)
+}
+
+/// A JSON parser's error as a [`JsonError::Syntax`] with its position.
+fn json_error(e: serde_json::Error) -> JsonError {
+    JsonError::Syntax {
         message: e.to_string(),
         line: (e.line() > 0).then_some(e.line()),
         column: (e.column() > 0).then_some(e.column()),
-    })
+    }
 }
 
 /// One pass over JSON text counting open brackets outside strings: the first one past
@@ -392,23 +415,28 @@ fn yaml_value_to_json(value: Yaml) -> Result<Value, JsonError> {
         Yaml::Mapping(entries) => {
             let mut object = serde_json::Map::with_capacity(entries.len());
             for (key, value) in entries {
-                let key = match key {
-                    Yaml::String(s) => s,
-                    Yaml::Null => "null".to_owned(),
-                    Yaml::Bool(b) => b.to_string(),
-                    Yaml::Int(i) => i.to_string(),
-                    Yaml::Float(f) => f.to_string(),
-                    Yaml::Sequence(_) | Yaml::Mapping(_) => {
-                        return Err(JsonError::Syntax {
-                            message: "a mapping key must be a scalar, not a collection".into(),
-                            line: None,
-                            column: None,
-                        });
-                    }
-                };
-                object.insert(key, yaml_value_to_json(value)?);
+                object.insert(yaml_key(key)?, yaml_value_to_json(value)?);
             }
             Value::Object(object)
+        }
+    })
+}
+
+/// A YAML mapping key as a JSON object's key: its text (`80:` is `"80"`); a collection is
+/// refused.
+fn yaml_key(key: Yaml) -> Result<String, JsonError> {
+    Ok(match key {
+        Yaml::String(s) => s,
+        Yaml::Null => "null".to_owned(),
+        Yaml::Bool(b) => b.to_string(),
+        Yaml::Int(i) => i.to_string(),
+        Yaml::Float(f) => f.to_string(),
+        Yaml::Sequence(_) | Yaml::Mapping(_) => {
+            return Err(JsonError::Syntax {
+                message: "a mapping key must be a scalar, not a collection".into(),
+                line: None,
+                column: None,
+            });
         }
     })
 }

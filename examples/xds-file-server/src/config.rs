@@ -26,7 +26,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use xds_cache::Snapshot;
 use xds_proto::pb::google::protobuf::Any;
-use xds_proto::{EncodedResource, ResourceType, TypeUrl};
+use xds_proto::{DocumentError, DocumentPart, EncodedResource, ResourceType, TextFormat, TypeUrl};
 
 mod loader;
 mod merge;
@@ -183,54 +183,63 @@ impl ParsedFile {
     }
 }
 
-/// Where the `i`th resource of `group` sits in its file.
-fn location(group: &str, i: usize) -> String {
-    if group.is_empty() {
-        format!("resources[{i}]")
-    } else {
-        format!("groups.{group}.resources[{i}]")
-    }
-}
-
 /// Reads one file's text: parse, check every resource against its schema, encode it. Duplicates
 /// within the file are errors here; duplicates across files when the files are merged.
+///
+/// The text is read one resource at a time (`xds_proto::read_resource_document`): each is
+/// encoded and dropped before the next is read, so a load holds the text, one resource's JSON and
+/// the encoded resources, not a tree of the whole document (~17x the file's size, issue 26).
 fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<ParsedFile, ConfigError> {
     let err =
         |location: String, reason: String| ConfigError { file: file.to_owned(), location, reason };
-    // An empty file is what a truncating editor or an interrupted copy leaves behind: taking it
-    // as "serve nothing" would withdraw every resource from every proxy at once.
-    let empty = || {
-        err(String::new(), "the file is empty; to serve no resources write `resources: []`".into())
-    };
-    if text.trim().is_empty() {
-        return Err(empty());
-    }
-    // Both parsers bound nesting depth (xds_proto::MAX_NESTING) in linear time (finding 5).
-    let doc = if file.extension().is_some_and(|e| e == "json") {
-        xds_proto::json_value_from_str(text)
+    let format = if file.extension().is_some_and(|e| e == "json") {
+        TextFormat::Json
     } else {
-        xds_proto::yaml_to_json(text)
-    }
-    .map_err(|e| {
-        let mut reason = e.to_string();
-        if let xds_proto::JsonError::Syntax { line: Some(line), .. } = e
-            && !reason.contains("line")
-        {
-            reason.push_str(&format!(" (line {line})"));
-        }
-        err(String::new(), reason)
-    })?;
-    if doc.is_null() {
-        return Err(empty());
-    }
+        TextFormat::Yaml
+    };
     let mut parsed = ParsedFile::default();
-    read_document(&doc, &mut parsed, interned)
-        .map_err(|(location, reason)| err(location, reason))?;
+    // Both parsers bound nesting depth (xds_proto::MAX_NESTING) in linear time (finding 5).
+    let read = xds_proto::read_resource_document(text, format, |part| match part {
+        DocumentPart::Group(name) => {
+            parsed.groups.entry(name.to_owned()).or_default();
+            Ok(())
+        }
+        DocumentPart::Resource { group, value, .. } => {
+            let resource = interned.intern(encode(&value)?);
+            match parsed.groups.get_mut(group) {
+                Some(list) => list.push(resource),
+                None => {
+                    parsed.groups.insert(group.to_owned(), vec![resource]);
+                }
+            }
+            Ok(())
+        }
+    });
+    read.map_err(|e| match e {
+        // An empty file is what a truncating editor or an interrupted copy leaves behind: taking
+        // it as "serve nothing" would withdraw every resource from every proxy at once.
+        DocumentError::Empty => err(
+            String::new(),
+            "the file is empty; to serve no resources write `resources: []`".into(),
+        ),
+        DocumentError::Syntax(e) => {
+            let mut reason = e.to_string();
+            if let xds_proto::JsonError::Syntax { line: Some(line), .. } = e
+                && !reason.contains("line")
+            {
+                reason.push_str(&format!(" (line {line})"));
+            }
+            err(String::new(), reason)
+        }
+        DocumentError::At { location, reason } => err(location, reason),
+    })?;
+    // The lists grew as the resources came; the loader keeps them while the file is unchanged.
+    for list in parsed.groups.values_mut() {
+        list.shrink_to_fit();
+    }
     // Duplicate names are found when files are merged (`Builders::add`), within a file too.
     Ok(parsed)
 }
-
-type Located = (String, String);
 
 /// One shared handle per (type, name, version).
 #[derive(Default)]
@@ -247,76 +256,21 @@ impl Interner {
     }
 }
 
-fn read_document(
-    doc: &Value,
-    parsed: &mut ParsedFile,
-    interned: &mut Interner,
-) -> Result<(), Located> {
-    let Some(top) = doc.as_object() else {
-        return Err((String::new(), "expected a mapping with `resources:` and `groups:`".into()));
-    };
-    for key in top.keys() {
-        if key != "resources" && key != "groups" {
-            return Err((key.clone(), "unknown key: expected `resources` or `groups`".into()));
+/// Checks one resource of a file against its schema, Envoy's rules and rule C2, and encodes it.
+fn encode(item: &Value) -> Result<EncodedResource, String> {
+    let any = xds_proto::any_from_json(item).map_err(|e| e.to_string())?;
+    let (any, name) = unwrap_named(any)?;
+    // Envoy's own rules (protoc-gen-validate), checked here so that a resource every proxy
+    // would NACK is refused at load, naming the field, and the last good config keeps serving.
+    xds_proto::validate_any(&any).map_err(|e| e.to_string())?;
+    check_leds_collections(&any)?;
+    let resource = match name {
+        Some(name) => {
+            EncodedResource::from_encoded(TypeUrl::parse(&any.type_url), &name, &any.value)
         }
-    }
-    if let Some(list) = top.get("resources") {
-        let out = parsed.groups.entry(DEFAULT_GROUP.to_owned()).or_default();
-        read_resources(list, "resources", out, interned)?;
-    }
-    if let Some(groups) = top.get("groups") {
-        let groups = groups
-            .as_object()
-            .ok_or(("groups".to_owned(), "expected a mapping of group names".to_owned()))?;
-        for (name, group) in groups {
-            let here = format!("groups.{name}");
-            if name.is_empty() {
-                return Err((here, "a group needs a non-empty name".into()));
-            }
-            let fields = group
-                .as_object()
-                .ok_or((here.clone(), "expected a mapping with `resources:`".to_owned()))?;
-            if let Some(key) = fields.keys().find(|k| *k != "resources") {
-                return Err((format!("{here}.{key}"), "unknown key: expected `resources`".into()));
-            }
-            let list = fields.get("resources").unwrap_or(&Value::Null);
-            let out = parsed.groups.entry(name.clone()).or_default();
-            read_resources(list, &format!("{here}.resources"), out, interned)?;
-        }
-    }
-    Ok(())
-}
-
-fn read_resources(
-    list: &Value,
-    at: &str,
-    out: &mut Vec<EncodedResource>,
-    interned: &mut Interner,
-) -> Result<(), Located> {
-    let items = match list {
-        Value::Null => return Ok(()),
-        Value::Array(items) => items,
-        _ => return Err((at.to_owned(), "expected a list of resources".into())),
+        None => EncodedResource::from_any(&any),
     };
-    out.reserve(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let here = format!("{at}[{i}]");
-        let any = xds_proto::any_from_json(item).map_err(|e| (here.clone(), e.to_string()))?;
-        let (any, name) = unwrap_named(any).map_err(|e| (here.clone(), e))?;
-        // Envoy's own rules (protoc-gen-validate), checked here so that a resource every proxy
-        // would NACK is refused at load, naming the field, and the last good config keeps serving.
-        xds_proto::validate_any(&any).map_err(|e| (here.clone(), e.to_string()))?;
-        check_leds_collections(&any).map_err(|e| (here.clone(), e))?;
-        let resource = match name {
-            Some(name) => {
-                EncodedResource::from_encoded(TypeUrl::parse(&any.type_url), &name, &any.value)
-            }
-            None => EncodedResource::from_any(&any),
-        };
-        let resource = resource.map_err(|e| (here, e.to_string()))?;
-        out.push(interned.intern(resource));
-    }
-    Ok(())
+    resource.map_err(|e| e.to_string())
 }
 
 /// An LEDS `LbEndpoint` has no name field of its own: the configuration names it with Envoy's

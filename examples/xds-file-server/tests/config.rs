@@ -536,3 +536,166 @@ fn o03_an_assignment_naming_an_empty_leds_collection_is_refused() {
     fixed.groups[DEFAULT_GROUP].check_consistency().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 26: files are read one resource at a time, and every fault of a file's layout still
+/// reads as it did when the whole document was parsed into one value first (these texts are
+/// that loader's), in YAML and in JSON.
+#[test]
+fn layout_faults_read_as_before_in_both_formats() {
+    const CLA_Y: &str = "{\"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment, cluster_name: backend}";
+    const BAD_Y: &str = "{\"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment, cluster_namez: backend}";
+    const CLA_J: &str = "{\"@type\": \"type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\", \"cluster_name\": \"backend\"}";
+    let yaml = [
+        ("- a\n- b\n", "c.yaml: expected a mapping with `resources:` and `groups:`"),
+        ("hello", "c.yaml: expected a mapping with `resources:` and `groups:`"),
+        ("80: x\n", "c.yaml: 80: unknown key: expected `resources` or `groups`"),
+        (
+            "resources: []\nextra: 1\n",
+            "c.yaml: extra: unknown key: expected `resources` or `groups`",
+        ),
+        // A syntax error anywhere comes before the other faults, with its line.
+        (
+            "extra: 1\nresources: [}",
+            "c.yaml: syntax error: mismatched bracket '[' closed by '}' at line 2, column 12",
+        ),
+        ("groups:\n", "c.yaml: groups: expected a mapping of group names"),
+        ("groups: []", "c.yaml: groups: expected a mapping of group names"),
+        ("groups: {\"\": {resources: []}}", "c.yaml: groups.: a group needs a non-empty name"),
+        ("groups: {edge: 3}", "c.yaml: groups.edge: expected a mapping with `resources:`"),
+        ("groups: {edge: }", "c.yaml: groups.edge: expected a mapping with `resources:`"),
+        (
+            "groups: {edge: {resourcez: []}}",
+            "c.yaml: groups.edge.resourcez: unknown key: expected `resources`",
+        ),
+        (
+            "groups: {edge: {resources: {}}}",
+            "c.yaml: groups.edge.resources: expected a list of resources",
+        ),
+        (
+            &format!("groups: {{edge: {{resources: [{CLA_Y}, {CLA_Y}, {CLA_Y}, {BAD_Y}]}}}}"),
+            "c.yaml: groups.edge.resources[3]: cluster_namez: unknown field",
+        ),
+        ("~", "c.yaml: the file is empty; to serve no resources write `resources: []`"),
+        (
+            "# only a comment\n",
+            "c.yaml: the file is empty; to serve no resources write `resources: []`",
+        ),
+        (
+            "? [1, 2]\n: x\n",
+            "c.yaml: syntax error: a mapping key must be a scalar, not a collection",
+        ),
+        (
+            "resources: [{? [1]: x}]",
+            "c.yaml: syntax error: a mapping key must be a scalar, not a collection",
+        ),
+        (
+            &format!("base: &b {{resources: [{CLA_Y}]}}\n"),
+            "c.yaml: base: unknown key: expected `resources` or `groups`",
+        ),
+        (
+            "resources: []\n---\nresources: []\n",
+            "c.yaml: syntax error: multiple YAML documents detected; use from_str_multiple or from_str_multiple_with_options at line 3, column 1",
+        ),
+        ("resources: [1, 2]", "c.yaml: resources[0]: invalid type: integer `1`, expected a map"),
+        (
+            "resources: []\nresources: []\n",
+            "c.yaml: syntax error: duplicate mapping key: resources, set DuplicateKeyPolicy in Options if acceptable at line 2, column 1",
+        ),
+        (
+            "resources:\n  - \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n    cluster_name: a\n  -  x: [\n",
+            "c.yaml: syntax error: unclosed bracket '[' at line 4, column 9",
+        ),
+        (
+            &format!("resources:\n  - {}\n", "[".repeat(200)),
+            "c.yaml: syntax error: nesting deeper than 100 levels at line 2 column 105",
+        ),
+    ];
+    let json = [
+        ("null", "c.json: the file is empty; to serve no resources write `resources: []`"),
+        ("[]", "c.json: expected a mapping with `resources:` and `groups:`"),
+        ("\"x\"", "c.json: expected a mapping with `resources:` and `groups:`"),
+        ("- a\n", "c.json: syntax error: invalid number at line 1 column 2"),
+        ("80: x\n", "c.json: syntax error: trailing characters at line 1 column 3"),
+        ("{\"groups\": null}", "c.json: groups: expected a mapping of group names"),
+        ("{\"groups\": {\"e\": null}}", "c.json: groups.e: expected a mapping with `resources:`"),
+        (
+            &format!(
+                "{{\"resources\": [{CLA_J}], \"groups\": {{\"x\": {{\"resources\": [{CLA_J}, 3]}}}}}}"
+            ),
+            "c.json: groups.x.resources[1]: invalid type: integer `3`, expected a map",
+        ),
+        (
+            &format!("{{\"resources\": [{CLA_J}], \"bogus\": 1}}"),
+            "c.json: bogus: unknown key: expected `resources` or `groups`",
+        ),
+        ("{\"resources\": [1], }", "c.json: syntax error: trailing comma at line 1 column 20"),
+        ("{\"resources\": []} x", "c.json: syntax error: trailing characters at line 1 column 19"),
+        (
+            &format!("{{\"resources\": [{}]}}", "[".repeat(200)),
+            "c.json: syntax error: nesting deeper than 100 levels at line 1 column 114",
+        ),
+    ];
+    for (file, cases) in [("c.yaml", &yaml[..]), ("c.json", &json[..])] {
+        for (text, expected) in cases {
+            let err = config::parse_str(Path::new(file), text).unwrap_err().to_string();
+            assert_eq!(&err, expected, "{text}");
+        }
+    }
+}
+
+/// Issue 26: what a file declares loads as it did when the whole document was parsed first:
+/// a group without resources is still a group, and YAML anchors, aliases and merge keys apply
+/// across groups.
+#[test]
+fn groups_anchors_and_merge_keys_load_as_before() {
+    let cla = "{\"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment, cluster_name: backend}";
+    let groups = |text: &str| -> Vec<(String, usize)> {
+        let config = config::parse_str(Path::new("c.yaml"), text).unwrap();
+        config.groups.iter().map(|(name, snapshot)| (name.clone(), snapshot.len())).collect()
+    };
+    let owned = |expected: &[(&str, usize)]| -> Vec<(String, usize)> {
+        expected.iter().map(|(name, len)| ((*name).to_owned(), *len)).collect()
+    };
+    assert_eq!(groups("groups: {edge: {}}"), owned(&[("", 0), ("edge", 0)]));
+    assert_eq!(
+        groups("resources:\ngroups: {a: {resources: []}, b: {resources: ~}}\n"),
+        owned(&[("", 0), ("a", 0), ("b", 0)])
+    );
+    assert_eq!(
+        groups(&format!("groups: {{a: &g {{resources: [{cla}]}}, b: *g}}")),
+        owned(&[("", 0), ("a", 1), ("b", 1)])
+    );
+    assert_eq!(
+        groups(&format!("resources: [&c {cla}]\ngroups: {{b: {{resources: [*c]}}}}")),
+        owned(&[("", 1), ("b", 1)])
+    );
+    assert_eq!(
+        groups(&format!("groups: {{a: {{<<: {{resources: [{cla}]}}}}}}")),
+        owned(&[("", 0), ("a", 1)])
+    );
+    // The same resource in two groups is one encoded copy.
+    let config = config::parse_str(
+        Path::new("c.json"),
+        &format!(
+            "{{\"resources\": [{0}], \"groups\": {{\"b\": {{\"resources\": [{0}]}}}}}}",
+            "{\"@type\": \"type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\", \"cluster_name\": \"backend\"}"
+        ),
+    )
+    .unwrap();
+    let cla_type = TypeUrl::from(ResourceType::ClusterLoadAssignment);
+    let a = config.groups[DEFAULT_GROUP].get(&cla_type, "backend").unwrap();
+    assert!(a.ptr_eq(config.groups["b"].get(&cla_type, "backend").unwrap()));
+}
+
+/// A JSON parser keeps the last of two equal keys silently, so a file that names the same list
+/// or group twice loaded one of them; it is refused now, as YAML refuses it.
+#[test]
+fn a_json_key_given_twice_is_refused() {
+    for (text, expected) in [
+        ("{\"resources\": [], \"resources\": []}", "c.json: resources: the key is given twice"),
+        ("{\"groups\": {\"a\": {}, \"a\": {}}}", "c.json: groups.a: the key is given twice"),
+    ] {
+        let err = config::parse_str(Path::new("c.json"), text).unwrap_err().to_string();
+        assert_eq!(err, expected);
+    }
+}

@@ -28,7 +28,7 @@ use xds_cache::{
 };
 use xds_proto::{EncodedResource, Reference, ResourceType, TypeUrl, references_of_encoded};
 
-use super::{Config, ConfigError, DEFAULT_GROUP, ParsedFile, location};
+use super::{Config, ConfigError, DEFAULT_GROUP, ParsedFile};
 
 /// A reference's end: a resource type and a name.
 type Key = (ResourceType, String);
@@ -190,7 +190,7 @@ impl Merged {
                         None if w.builder.contains(r.type_url(), r.name()) => {
                             return Err(ConfigError {
                                 file: file.to_path_buf(),
-                                location: location(group, i),
+                                location: xds_proto::resource_location(group, i),
                                 reason: format!(
                                     "{} {:?} is defined twice",
                                     r.type_url().label(),
