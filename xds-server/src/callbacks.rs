@@ -27,12 +27,14 @@ pub struct StreamInfo {
     /// The client's TLS certificate chain (DER), leaf first, when it presented one.
     pub peer_certificates: Option<Arc<Vec<Vec<u8>>>>,
     /// The node the stream's first request named (rule S2), from
-    /// [`on_node`](Callbacks::on_node) on; `None` before it (in
-    /// [`on_stream_open`](Callbacks::on_stream_open)) and on reporting streams (LRS, HDS).
+    /// [`on_node`](Callbacks::on_node) on, on xDS and reporting (LRS, HDS) streams alike;
+    /// `None` before it (in [`on_stream_open`](Callbacks::on_stream_open)).
     pub node: Option<Arc<Node>>,
     /// The group the cache serves the node from ([`Cache::group`](crate::cache::Cache::group):
-    /// the snapshot cache's grouping), set with `node`; `None` when the cache does not group
-    /// nodes.
+    /// the snapshot cache's grouping), set with `node` and asked again at each NACK (a regroup
+    /// may have moved the stream since), so [`on_nack`](Callbacks::on_nack) names the
+    /// configuration the client rejected. `None` when the cache does not group nodes, and on
+    /// reporting streams.
     pub group: Option<Arc<str>>,
 }
 
@@ -50,7 +52,8 @@ pub struct Nack<'a> {
     /// The response's type.
     pub type_url: &'a TypeUrl,
     /// The rejected response's version: its SotW `version_info`, or its delta
-    /// `system_version_info`.
+    /// `system_version_info`. For a TTL heartbeat (which carries no version of its own on
+    /// delta), the version of the last full response.
     pub rejected_version: &'a str,
     /// The rejected response's nonce.
     pub nonce: &'a str,

@@ -89,8 +89,11 @@ impl Hooks {
         let request =
             Request { peer: &peer, entry: Entry::Stream, access: Access::Report { node } };
         self.authorizer.authorize(&request).map_err(|r| Status::permission_denied(r.0))?;
-        let closed = Closed { callbacks: self.callbacks.clone(), info };
+        let mut closed = Closed { callbacks: self.callbacks.clone(), info };
         self.callbacks.on_stream_open(&closed.info).map_err(|r| Status::permission_denied(r.0))?;
+        // As on xDS streams, the node is known from `on_node` on (no group: a reporting stream
+        // is served no configuration).
+        closed.info.node = Some(Arc::new(node.clone()));
         self.callbacks.on_node(&closed.info, node).map_err(|r| Status::permission_denied(r.0))?;
         Ok(closed)
     }

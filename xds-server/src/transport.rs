@@ -45,7 +45,7 @@ use crate::status::lock;
 mod open_files;
 mod peers;
 
-pub use open_files::{FdLimit, fd_limit, raise_fd_limit};
+pub use open_files::{FdLimit, MAX_RAISED_FD_LIMIT, fd_limit, raise_fd_limit};
 use peers::{PeerCounts, PeerSlot, Refusals};
 
 /// How connections are accepted.
@@ -339,7 +339,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                         .max_connection_age
                         .map(|age| jittered(age, self.config.max_connection_age_jitter));
                     let upgrade = (self.upgrade)(tcp);
-                    let held = Held { _total: self.reserved.take(), _peer: peer };
+                    let held = Held { _peer: peer, _total: self.reserved.take() };
                     let idle = self.config.idle_timeout;
                     self.handshakes.push(Box::pin(async move {
                         match tokio::time::timeout_at(deadline, upgrade).await {
@@ -459,10 +459,12 @@ pub struct Conn<S> {
 
 /// A connection's places under [`TransportConfig::max_connections`] and
 /// [`TransportConfig::max_connections_per_peer`] (each where set), held until it is dropped.
+/// Fields drop in order: the peer's count goes down before the total's permit wakes the accept
+/// loop, which may take the same peer's next connection at once.
 #[derive(Debug)]
 struct Held {
-    _total: Option<OwnedSemaphorePermit>,
     _peer: Option<PeerSlot>,
+    _total: Option<OwnedSemaphorePermit>,
 }
 
 /// `age` varied at random by up to `jitter` (a fraction) either way.

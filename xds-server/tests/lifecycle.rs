@@ -178,6 +178,39 @@ async fn callbacks_count_acks_and_nacks() {
     eventually("the stream closed", || counts.closed.load(Ordering::SeqCst) == 1).await;
 }
 
+/// A regroup moves a live stream to another group: its next NACK names the group it now gets
+/// its configuration from, not the one it joined.
+#[tokio::test]
+async fn a_nack_after_a_regroup_names_the_group_the_stream_moved_to() {
+    let current = Arc::new(Mutex::new("blue".to_owned()));
+    let cache = SnapshotCache::new({
+        let current = current.clone();
+        move |_: &Node| current.lock().expect("lock").clone()
+    });
+    cache.set_snapshot("blue", snapshot![cluster("a", "1")]);
+    let counts = Arc::new(Counts::default());
+    let server = XdsServer::builder(cache.clone()).callbacks(Recorder(counts.clone())).build();
+    let t = start(server).await;
+    let mut ads = Sotw::ads(&t, "n1").await;
+    ads.subscribe(CDS, &[], None).await;
+    let blue = ads.recv_type(CDS).await;
+    ads.ack(&blue).await;
+
+    cache.set_snapshot("green", snapshot![cluster("a", "2")]);
+    *current.lock().expect("lock") = "green".to_owned();
+    assert_eq!(cache.regroup(), 1, "the stream's one watch moves");
+    let green = ads.recv_type(CDS).await;
+    ads.nack(&green, &blue.version_info, "cluster rejected").await;
+    eventually("the NACK", || counts.nacks.load(Ordering::SeqCst) == 1).await;
+    let last = counts.last_nack.lock().expect("lock").clone().expect("a NACK");
+    assert_eq!(
+        [&last[0], &last[1], &last[2], &last[3]],
+        ["n1", "green", &green.version_info, &blue.version_info]
+    );
+    let status = t.server.status().to_json();
+    assert!(status.to_string().contains("\"group\":\"green\""), "{status}");
+}
+
 #[tokio::test]
 async fn service_routes_serve_one_service_alone() {
     let cache = SnapshotCache::by_node_id();

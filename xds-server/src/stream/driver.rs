@@ -385,6 +385,18 @@ impl<P: Protocol> Driver<P> {
         Ok(())
     }
 
+    /// Asks the cache again which group serves the node: a regroup (the file server's, when the
+    /// set of groups changed) moves live streams, and a NACK must name the configuration the
+    /// client rejected, not the one it joined.
+    fn refresh_group(&mut self) {
+        let Some(node) = &self.info.node else { return };
+        let group = self.shared.cache.group(node);
+        if group.as_deref() != self.info.group.as_deref() {
+            lock(&self.status).group = group.clone();
+            self.info.group = group.map(Arc::from);
+        }
+    }
+
     /// A type the stream has not used yet: the authorization point (the node and the type
     /// together decide: a Secret needs a certificate, say), then a watch of its resources.
     fn open_type(&mut self, type_url: &TypeUrl) -> Result<(), Status> {
@@ -418,6 +430,9 @@ impl<P: Protocol> Driver<P> {
         drop(core);
         if events.is_empty() {
             return;
+        }
+        if events.iter().any(|e| matches!(e, proto::Event::Nack { .. })) {
+            self.refresh_group();
         }
         for event in &events {
             match event {

@@ -22,21 +22,28 @@ pub fn fd_limit() -> io::Result<FdLimit> {
     imp::get()
 }
 
-/// Raises the soft open-file limit to the hard one, as servers that hold many connections
-/// usually do at start (the usual soft limit, 1,024, is a few hundred clients). Returns the soft
-/// limit now in force.
+/// Raises the soft open-file limit to the hard one (at most [`MAX_RAISED_FD_LIMIT`]), as
+/// servers that hold many connections usually do at start (the usual soft limit, 1,024, is a few
+/// hundred clients). Returns the soft limit now in force.
 ///
 /// # Errors
 ///
-/// `getrlimit` or `setrlimit` failed (some systems refuse an unlimited hard limit as the soft
-/// one); the limit is then unchanged.
+/// `getrlimit` or `setrlimit` failed; the limit is then unchanged.
 pub fn raise_fd_limit() -> io::Result<u64> {
     let limit = fd_limit()?;
-    if limit.soft < limit.hard {
-        imp::set(FdLimit { soft: limit.hard, ..limit })?;
+    let target = limit.hard.min(MAX_RAISED_FD_LIMIT);
+    if limit.soft < target {
+        imp::set(FdLimit { soft: target, ..limit })?;
+        return Ok(target);
     }
-    Ok(limit.soft.max(limit.hard))
+    Ok(limit.soft)
 }
+
+/// The most [`raise_fd_limit`] raises the soft limit to: Linux's default ceiling
+/// (`fs.nr_open`). An unlimited hard limit (macOS and the BSDs report one) cannot be the soft
+/// limit there (`setrlimit` refuses it), and connection caps over a million are bounded by
+/// memory long before descriptors.
+pub const MAX_RAISED_FD_LIMIT: u64 = 1 << 20;
 
 #[cfg(unix)]
 #[allow(clippy::useless_conversion)] // rlim_t is u64 on most targets, not on all
@@ -87,7 +94,8 @@ mod tests {
         let before = fd_limit().expect("getrlimit");
         assert!(before.soft <= before.hard && before.soft > 0, "{before:?}");
         let now = raise_fd_limit().expect("raising to the hard limit is allowed");
-        assert_eq!(now, before.hard);
-        assert_eq!(fd_limit().expect("getrlimit").soft, before.hard);
+        let expected = before.soft.max(before.hard.min(MAX_RAISED_FD_LIMIT));
+        assert_eq!(now, expected);
+        assert_eq!(fd_limit().expect("getrlimit").soft, expected);
     }
 }
