@@ -5,7 +5,8 @@
 # client whose stream breaks reconnects to the next replica presenting what it holds). After the storm xds-load prints
 # READY FOR FAILOVER and replica 0 is killed (-9, not restarted). Its clients must each reconnect to
 # another replica and get their first response there within FAILOVER_WAIT_S, and nothing a client
-# held may be sent again ("resent after reconnect: 0"). Then UPDATES updates, each a rewritten
+# held may be sent again ("resent after reconnect: 0"; MODE=sotw: no Cluster, while every name of a
+# client's EDS subscription is resent, as a SotW per-type version cannot vouch for each name). Then UPDATES updates, each a rewritten
 # endpoints file and an `xds-file-server publish` (one etcd transaction), must reach every client
 # on every surviving replica: the report's "all updates" line is publish -> all clients.
 #

@@ -172,6 +172,9 @@ pub struct Tracker {
     reconnects: AtomicU64,
     /// Resources received after a reconnection that the client already held at that version.
     resent: AtomicU64,
+    /// Of those, Clusters (a full-state type: never owed again to a client resuming at its
+    /// version, SotW or delta).
+    resent_clusters: AtomicU64,
 }
 
 /// Per client, the first time something happened: microseconds from the start, +1 (0: not yet).
@@ -220,6 +223,7 @@ impl Tracker {
             sessions: (0..clients).map(|_| Sessions::default()).collect(),
             reconnects: AtomicU64::new(0),
             resent: AtomicU64::new(0),
+            resent_clusters: AtomicU64::new(0),
         }
     }
 
@@ -298,6 +302,17 @@ impl Tracker {
     /// Resources sent again after reconnections, by every client.
     pub fn resent_total(&self) -> u64 {
         self.resent.load(SeqCst)
+    }
+
+    /// A client received, after a reconnection, `n` Clusters it already held at that version.
+    pub fn resent_clusters(&self, n: u64) {
+        self.resent(n);
+        self.resent_clusters.fetch_add(n, SeqCst);
+    }
+
+    /// Clusters sent again after reconnections, by every client.
+    pub fn resent_clusters_total(&self) -> u64 {
+        self.resent_clusters.load(SeqCst)
     }
 
     /// Microseconds since the tracker started.

@@ -318,7 +318,7 @@ impl<'a> Client<'a> {
         if let Some(held) = &mut self.held {
             held.cds = next;
             if self.resumed() {
-                self.tracker.resent(resent);
+                self.tracker.resent_clusters(resent);
             }
         }
         self.clusters = indices.len();
@@ -345,7 +345,7 @@ impl<'a> Client<'a> {
                 && hold(&mut held.cds, i, version)
                 && resumed
             {
-                self.tracker.resent(1);
+                self.tracker.resent_clusters(1);
             }
             if i >= self.present.len() {
                 self.present.resize(i + 1, false);
