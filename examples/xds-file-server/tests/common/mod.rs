@@ -63,44 +63,59 @@ impl Running {
     /// Starts the binary with `args` (and free loopback ports) and waits until the admin port
     /// answers `/healthz`.
     pub async fn start_with(args: &[String]) -> Running {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_xds-file-server"));
-        command.args(["--log", "warn"]).args(args);
-        Running::launch(command).await
+        Running::launch(|| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_xds-file-server"));
+            command.args(["--log", "warn"]).args(args);
+            command
+        })
+        .await
     }
 
     /// Starts the binary under `ulimit -n fds` (soft and hard: it cannot raise it), on free
     /// loopback ports, and waits for `/healthz`.
     pub async fn start_limited(config: &Path, fds: u32, extra: &[&str]) -> Running {
-        let mut command = Command::new("bash");
-        command
-            .arg("-c")
-            .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
-            .arg(env!("CARGO_BIN_EXE_xds-file-server"))
-            .args(["--config", &config.display().to_string(), "--log", "error"])
-            .args(extra);
-        Running::launch(command).await
+        Running::launch(|| {
+            let mut command = Command::new("bash");
+            command
+                .arg("-c")
+                .arg(format!("ulimit -n {fds} && exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_xds-file-server"))
+                .args(["--config", &config.display().to_string(), "--log", "error"])
+                .args(extra);
+            command
+        })
+        .await
     }
 
-    /// Runs `command` (the binary and its flags) on free loopback ports, and waits until the
-    /// admin port answers `/healthz` (every port is bound before any answers).
-    async fn launch(mut command: Command) -> Running {
-        let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
-        let child = command
-            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
-            .args(["--admin-addr", &admin.to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut running = Running { child, grpc, http, admin };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok((200, _)) = running.get("/healthz").await {
-                return running;
+    /// Runs the command `make` builds (the binary and its flags) on free loopback ports, and
+    /// waits until the admin port answers `/healthz` (every port is bound before any answers).
+    /// A port found free can be taken before the server binds it (by a concurrent test, or as
+    /// the local port of an outgoing connection): a server that exits before it answers is
+    /// started again on other ports, up to three times.
+    async fn launch(make: impl Fn() -> Command) -> Running {
+        for attempt in 1..=3 {
+            let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
+            let child = make()
+                .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
+                .args(["--admin-addr", &admin.to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut running = Running { child, grpc, http, admin };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok((200, _)) = running.get("/healthz").await {
+                    return running;
+                }
+                if !running.alive() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the server did not start");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            assert!(running.alive(), "the server exited");
-            assert!(Instant::now() < deadline, "the server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            eprintln!("the server exited before it answered (attempt {attempt} of 3)");
         }
+        panic!("the server exited before it answered, three times");
     }
 
     /// The file descriptors the server has open now.
