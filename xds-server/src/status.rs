@@ -117,7 +117,8 @@ pub struct StreamStatus {
     pub opened_ms: u64,
     /// Per type URL.
     pub types: BTreeMap<String, TypeStatus>,
-    /// The group the cache serves the node from, when the cache groups nodes.
+    /// The group the cache serves the node from, when the cache groups nodes: as of the stream's
+    /// first request, asked again at each NACK (a regroup moves streams).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     /// The node, shared with the stream's callbacks.

@@ -378,14 +378,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
 impl<S> Incoming<S> {
     /// Closes a connection whose peer is at its cap: at once, with a reset (no `TIME_WAIT` kept
     /// for it), before anything is read. Its place under `max_connections` stays reserved for
-    /// the next accept.
+    /// the next accept. The log line counts every refusal since the last line, of any peer, and
+    /// names the last peer refused.
     fn refuse(&mut self, tcp: TcpStream, addr: std::net::SocketAddr) {
         let _ = tcp.set_zero_linger();
         drop(tcp);
         if let Some(refused) = self.refusals.handle_refusal(std::time::Instant::now()) {
             tracing::warn!(
                 local = ?self.listener.local_addr().ok(),
-                peer = %addr.ip(),
+                last_peer = %addr.ip(),
                 refused,
                 cap = self.config.max_connections_per_peer,
                 "connections refused: their peer holds its cap of connections open"
