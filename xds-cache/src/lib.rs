@@ -8,10 +8,12 @@
 //! - [`SnapshotCache`]: a whole configuration per node group, set at once.
 //! - [`LinearCache`]: one type shared by every node, updated resource by resource.
 //! - [`MuxCache`]: routes types to caches.
-//! - Your own: implement [`Cache`] (and [`Watch`]) over your inventory; views implement
-//!   `xds_core::View`. [`Watchers`] keeps the streams' signals (registered by `watch`, released
-//!   when the stream drops its watch) and [`TypeVersion`] gives the content-hash type version
-//!   that lets a client reconnect to any replica without being resent what it holds (rule S16).
+//! - Your own: implement [`Cache`] over your inventory and keep its resources in [`Tables`]
+//!   (a [`ResourceTable`] per key you serve differently: a type, a tenant, a node group). They
+//!   keep what the protocol needs (revisions, the content-hash type version of rule S16, what
+//!   changed since a stream last looked, the streams' signals); your cache only says which key
+//!   a stream reads. Lower-level pieces, for views of your own: [`Watchers`] (the streams'
+//!   signals) and [`TypeVersion`].
 //!
 //! Resources are encoded once ([`xds_proto::EncodedResource`]) and shared by every stream and
 //! group that serves them; versions are content hashes, the same in every process (rule S16).
@@ -35,6 +37,7 @@ mod mux;
 mod signal;
 mod snapshot;
 mod table;
+mod tables;
 mod unready;
 mod version;
 mod vhds;
@@ -48,5 +51,18 @@ pub use snapshot::{
     CHECKED_REFERENCES, ConsistencyError, GroupStatus, MissingReference, Snapshot, SnapshotBuilder,
     SnapshotCache,
 };
+/// What a cache of your own uses, in one `use xds_cache::prelude::*;` (from the server crate:
+/// `use xds_server::cache::prelude::*;`).
+pub mod prelude {
+    pub use crate::{
+        Cache, CacheError, DynView, Registration, ResourceTable, Signal, Tables, TypeVersion,
+        Variant, Watch, WatchRequest, Watchers,
+    };
+    pub use xds_core::{ErrorDetail, ResourceSet, View};
+    pub use xds_proto::pb::envoy::config::core::v3::Node;
+    pub use xds_proto::{EncodeError, EncodedResource, ResourceType, TypeUrl, XdsResource};
+}
+pub use table::ResourceTable;
+pub use tables::Tables;
 pub use version::TypeVersion;
 pub use watchers::{Registration, Watchers};

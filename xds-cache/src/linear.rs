@@ -1,13 +1,13 @@
 //! `LinearCache`: one resource type shared by every node, updated resource by resource.
 
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use xds_proto::{EncodeError, EncodedResource, TypeUrl, XdsResource};
 
-use crate::cache::{Cache, CacheError, DynView, Watch, WatchRequest, check_variant};
+use crate::cache::{Cache, CacheError, Watch, WatchRequest, check_variant};
 use crate::signal::Signal;
-use crate::table::Table;
-use crate::watchers::{Registration, Watchers};
+use crate::table::ResourceTable;
+use crate::tables::Tables;
 
 /// One resource type, the same for every node, updated one resource at a time.
 ///
@@ -32,13 +32,8 @@ use crate::watchers::{Registration, Watchers};
 #[derive(Clone)]
 pub struct LinearCache {
     type_url: TypeUrl,
-    inner: Arc<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    table: RwLock<Table>,
-    watchers: Watchers<()>,
+    /// One table, under the key `()`, made at creation: a linear cache serves from the start.
+    table: Tables<()>,
 }
 
 /// An update of a `LinearCache` that did not apply.
@@ -69,7 +64,9 @@ impl std::fmt::Debug for LinearCache {
 impl LinearCache {
     /// An empty cache for `type_url`.
     pub fn new(type_url: impl Into<TypeUrl>) -> Self {
-        LinearCache { type_url: type_url.into(), inner: Arc::default() }
+        let table = Tables::new();
+        table.update(&(), |_| ());
+        LinearCache { type_url: type_url.into(), table }
     }
 
     /// An empty cache for the resources of message type `M`.
@@ -96,22 +93,12 @@ impl LinearCache {
                 got: resource.type_url().to_string(),
             });
         }
-        let changed = self.write().upsert(resource);
-        if changed {
-            self.inner.watchers.notify(&());
-        }
-        Ok(changed)
+        Ok(self.write(|table| table.upsert(resource)))
     }
 
     /// Deletes a resource. Returns whether it existed.
     pub fn delete(&self, name: &str) -> bool {
-        // Rule C1: resources are keyed by the normal form of their `xdstp://` names.
-        let name = xds_proto::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name));
-        let changed = self.write().delete(&name);
-        if changed {
-            self.inner.watchers.notify(&());
-        }
-        changed
+        self.write(|table| table.delete(name))
     }
 
     /// Replaces every resource at once; unchanged ones keep their version and revision. Returns
@@ -120,7 +107,7 @@ impl LinearCache {
         &self,
         resources: impl IntoIterator<Item = EncodedResource>,
     ) -> Result<usize, LinearError> {
-        let mut next = std::collections::BTreeMap::new();
+        let mut next = Vec::new();
         for r in resources {
             if *r.type_url() != self.type_url {
                 return Err(LinearError::WrongType {
@@ -128,13 +115,9 @@ impl LinearCache {
                     got: r.type_url().to_string(),
                 });
             }
-            next.insert(r.name().to_owned(), r);
+            next.push(r);
         }
-        let changed = self.write().replace_all(&next);
-        if changed > 0 {
-            self.inner.watchers.notify(&());
-        }
-        Ok(changed)
+        Ok(self.write(|table| table.set_all(next)))
     }
 
     /// Attaches an error to `name`, or clears it with `None` (rule C4). Clients subscribed to
@@ -143,27 +126,22 @@ impl LinearCache {
     /// `NOT_FOUND`: data errors, the client may drop what it holds). `*` stands for wildcard
     /// subscriptions. Upserting the resource supersedes the error for the clients that get it.
     pub fn set_error(&self, name: &str, error: Option<xds_core::ErrorDetail>) -> bool {
-        let changed = self.write().set_error(name, error);
-        if changed {
-            self.inner.watchers.notify(&());
-        }
-        changed
+        self.write(|table| table.set_error(name, error))
     }
 
     /// The resource with this name.
     pub fn get(&self, name: &str) -> Option<EncodedResource> {
-        let name = xds_proto::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name));
-        self.read().get(&name).cloned()
+        self.read(|table| table.get(name).cloned())
     }
 
     /// Every resource, by name.
     pub fn resources(&self) -> Vec<EncodedResource> {
-        self.read().iter().cloned().collect()
+        self.read(|table| table.iter().cloned().collect())
     }
 
     /// The number of resources.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read(ResourceTable::len)
     }
 
     /// Whether the cache is empty.
@@ -173,31 +151,23 @@ impl LinearCache {
 
     /// The type version SotW clients are sent (rule S16).
     pub fn version(&self) -> String {
-        xds_core::View::version(&*self.read())
+        self.read(xds_core::View::version)
     }
 
     /// The number of streams watching.
     pub fn watch_count(&self) -> usize {
-        self.inner.watchers.count(&())
+        self.table.watching(&())
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, Table> {
-        self.inner.table.read().unwrap_or_else(PoisonError::into_inner)
+    /// Reads the table (made at creation and never removed, so `None` does not occur, and would
+    /// read as empty).
+    fn read<R: Default>(&self, f: impl FnOnce(&ResourceTable) -> R) -> R {
+        self.table.read(&(), f).unwrap_or_default()
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Table> {
-        self.inner.table.write().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-struct LinearWatch {
-    inner: Arc<Inner>,
-    _registration: Registration<()>,
-}
-
-impl Watch for LinearWatch {
-    fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        f(&*self.inner.table.read().unwrap_or_else(PoisonError::into_inner));
+    /// Changes the table; its streams are signalled when the revision moved.
+    fn write<R>(&self, f: impl FnOnce(&mut ResourceTable) -> R) -> R {
+        self.table.update(&(), f)
     }
 }
 
@@ -211,7 +181,6 @@ impl Cache for LinearCache {
             return Err(CacheError::UnknownType { type_url: request.type_url.to_string() });
         }
         check_variant(request.type_url, request.variant)?;
-        let registration = self.inner.watchers.register((), signal);
-        Ok(Box::new(LinearWatch { inner: self.inner.clone(), _registration: registration }))
+        Ok(self.table.watch((), signal))
     }
 }

@@ -1,4 +1,5 @@
 //! The resources of one type (for one node group), with revisions: what a stream's view reads.
+//! Public as [`ResourceTable`], the building block of a custom cache.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,6 +15,12 @@ use crate::vhds;
 /// subscription instead.
 const MIN_TOMBSTONES: usize = 1024;
 
+/// The normal form of a name (rule C1): the key resources are kept under. A name that does not
+/// parse as `xdstp://` is kept as given, as it cannot name a resource that was created.
+fn normal(name: &str) -> std::borrow::Cow<'_, str> {
+    xds_proto::xdstp::normalize(name).unwrap_or(std::borrow::Cow::Borrowed(name))
+}
+
 /// Errors attached to names, with the revision that set each (rule C4).
 type Errors = BTreeMap<Arc<str>, (ErrorDetail, u64)>;
 
@@ -25,7 +32,33 @@ struct Entry {
     domains: Option<Box<[String]>>,
 }
 
-/// The resources of one type, by name, with a revision per change.
+/// The resources of one type, by name, with a revision per change: the [`View`] every built-in
+/// cache lends its streams, and the building block of a custom one (see [`Tables`] to keep one
+/// per key, with the streams that watch it).
+///
+/// It keeps what the protocol core needs to send little: the revision that grows with each
+/// change, the content-hash type version (rule S16), the names changed since any recent revision
+/// with deletions ([`View::changed_since`], so a change costs each stream O(changed), not a
+/// comparison of everything it holds), errors attached to names (rule C4) and one shared
+/// [`ResourceSet`] per revision (so clients holding the same resources share their state).
+///
+/// ```
+/// use xds_cache::ResourceTable;
+/// use xds_core::View;
+/// use xds_proto::EncodedResource;
+/// use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+///
+/// let mut table = ResourceTable::new();
+/// let web = EncodedResource::new(&Cluster { name: "web".into(), ..Default::default() })?;
+/// assert!(table.upsert(web.clone()));
+/// assert!(!table.upsert(web), "the same content is not a change");
+/// let seen = table.revision();
+/// table.delete("web");
+/// let mut changed = Vec::new();
+/// assert!(table.changed_since(seen, &mut |name| changed.push(name.to_owned())));
+/// assert_eq!(changed, ["web"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// Every create, update and delete takes the next revision; `changes` indexes the latest
 /// revision of each name (deletions included), so "what changed since revision r" costs
@@ -33,7 +66,7 @@ struct Entry {
 /// included: the oldest deletion to forget is the first of `graves`, never searched for, so
 /// removing a group of n resources costs O(n log n).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Table {
+pub struct ResourceTable {
     /// Names are the resources' own shared strings: indexing a resource copies no name.
     entries: BTreeMap<Arc<str>, Entry>,
     /// Latest revision of each name -> the name (live or deleted).
@@ -102,10 +135,22 @@ impl std::fmt::Debug for SetCache {
     }
 }
 
-impl Table {
+impl ResourceTable {
+    /// An empty table, ready to serve (streams reading it are told there is nothing).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty table whose revisions start after `revision`, and which cannot tell changes
+    /// since any revision up to it: it replaces a table whose streams read up to `revision`,
+    /// and they compare in full once instead of being told only this table's changes.
+    pub(crate) fn after(revision: u64) -> Self {
+        ResourceTable { revision, horizon: revision + 1, ..Self::default() }
+    }
+
     /// Creates or replaces a resource. Returns `false`, changing nothing, when the same version
     /// is already there.
-    pub(crate) fn upsert(&mut self, resource: EncodedResource) -> bool {
+    pub fn upsert(&mut self, resource: EncodedResource) -> bool {
         let name = resource.shared_name();
         if let Some(old) = self.entries.get(&name) {
             if old.resource.version() == resource.version() && old.resource.ttl() == resource.ttl()
@@ -128,8 +173,14 @@ impl Table {
         true
     }
 
-    /// Deletes a resource. Returns `false` when there was none.
-    pub(crate) fn delete(&mut self, name: &str) -> bool {
+    /// Deletes a resource (by the name it was created with, or any spelling of that `xdstp://`
+    /// name, rule C1). Returns `false` when there was none.
+    pub fn delete(&mut self, name: &str) -> bool {
+        self.delete_normal(&normal(name))
+    }
+
+    /// [`delete`](Self::delete) of a name already in normal form.
+    pub(crate) fn delete_normal(&mut self, name: &str) -> bool {
         let Some((name, old)) = self.entries.remove_entry(name) else { return false };
         self.set = SetCache::default();
         self.changes.remove(&old.revision);
@@ -142,14 +193,22 @@ impl Table {
         true
     }
 
-    /// Makes the table hold exactly `resources`: unchanged ones keep their revision (and no
-    /// stream hears of them). Returns the number of names created, changed or deleted.
+    /// Makes the table hold exactly `resources` (the last of a name wins): unchanged ones keep
+    /// their revision, and no stream hears of them. Returns the number of names created, changed
+    /// or deleted.
+    pub fn set_all(&mut self, resources: impl IntoIterator<Item = EncodedResource>) -> usize {
+        let next: BTreeMap<String, EncodedResource> =
+            resources.into_iter().map(|r| (r.name().to_owned(), r)).collect();
+        self.replace_all(&next)
+    }
+
+    /// [`set_all`](Self::set_all) of a map by name.
     pub(crate) fn replace_all(&mut self, resources: &BTreeMap<String, EncodedResource>) -> usize {
         let gone: Vec<Arc<str>> =
             self.entries.keys().filter(|n| !resources.contains_key(&***n)).cloned().collect();
         let mut changed = 0;
         for name in gone {
-            changed += usize::from(self.delete(&name));
+            changed += usize::from(self.delete_normal(&name));
         }
         for resource in resources.values() {
             let same =
@@ -181,7 +240,7 @@ impl Table {
                         changed += usize::from(self.upsert(resource.clone()));
                     }
                 }
-                None => changed += usize::from(self.delete(name)),
+                None => changed += usize::from(self.delete_normal(name)),
             }
         }
         changed
@@ -190,11 +249,8 @@ impl Table {
     /// Attaches an error to `name` (`None` clears it): sent to clients subscribed to `name`
     /// while no resource of that name exists (rule C4). The name is normalized like resource
     /// names (rule C1); `*` stands for a wildcard subscription. Returns whether anything changed.
-    pub(crate) fn set_error(&mut self, name: &str, error: Option<ErrorDetail>) -> bool {
-        let name: Arc<str> = match xds_proto::xdstp::normalize(name) {
-            Ok(normal) => normal.as_ref().into(),
-            Err(_) => name.into(),
-        };
+    pub fn set_error(&mut self, name: &str, error: Option<ErrorDetail>) -> bool {
+        let name: Arc<str> = normal(name).as_ref().into();
         match error {
             Some(error) => {
                 let errors = self.errors.get_or_insert_default();
@@ -210,15 +266,28 @@ impl Table {
         }
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<&EncodedResource> {
-        self.entries.get(name).map(|e| &e.resource)
+    /// The resource with this name (any spelling of an `xdstp://` name, rule C1).
+    pub fn get(&self, name: &str) -> Option<&EncodedResource> {
+        self.entries.get(&*normal(name)).map(|e| &e.resource)
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// The number of resources.
+    pub fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &EncodedResource> {
+    /// Whether the table holds no resource.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// A number that grows with every change (the same as [`View::revision`]).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Every resource, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &EncodedResource> {
         self.entries.values().map(|e| &e.resource)
     }
 
@@ -244,7 +313,7 @@ impl Table {
     }
 }
 
-impl View for Table {
+impl View for ResourceTable {
     type Resource = EncodedResource;
 
     fn revision(&self) -> u64 {
@@ -335,14 +404,14 @@ mod tests {
         .unwrap()
     }
 
-    fn changed(t: &Table, since: u64) -> Option<Vec<String>> {
+    fn changed(t: &ResourceTable, since: u64) -> Option<Vec<String>> {
         let mut v = Vec::new();
         t.changed_since(since, &mut |n| v.push(n.to_owned())).then_some(v)
     }
 
     #[test]
     fn changes_since_a_revision_are_exact() {
-        let mut t = Table::default();
+        let mut t = ResourceTable::default();
         t.upsert(cluster("a", "1"));
         t.upsert(cluster("b", "1"));
         let r = t.revision();
@@ -357,10 +426,10 @@ mod tests {
 
     #[test]
     fn s16_type_version_depends_on_content_only() {
-        let mut t1 = Table::default();
+        let mut t1 = ResourceTable::default();
         t1.upsert(cluster("a", "1"));
         t1.upsert(cluster("b", "1"));
-        let mut t2 = Table::default();
+        let mut t2 = ResourceTable::default();
         t2.upsert(cluster("b", "0"));
         t2.upsert(cluster("b", "1"));
         t2.upsert(cluster("x", "1"));
@@ -373,7 +442,7 @@ mod tests {
 
     #[test]
     fn old_tombstones_are_forgotten_and_history_says_so() {
-        let mut t = Table::default();
+        let mut t = ResourceTable::default();
         for i in 0..(MIN_TOMBSTONES + 10) {
             t.upsert(cluster(&format!("c{i}"), "1"));
         }
@@ -392,7 +461,7 @@ mod tests {
     #[test]
     fn removing_a_large_group_forgets_each_deletion_in_one_step() {
         for n in [10_000usize, 40_000] {
-            let mut t = Table::default();
+            let mut t = ResourceTable::default();
             let next: BTreeMap<String, EncodedResource> = (0..n)
                 .map(|i| {
                     let name = format!("c{i:05}");
@@ -415,7 +484,7 @@ mod tests {
     /// The oldest deletion is forgotten first even when names come back and go again.
     #[test]
     fn a_deleted_name_that_comes_back_is_no_longer_a_tombstone() {
-        let mut t = Table::default();
+        let mut t = ResourceTable::default();
         for i in 0..(MIN_TOMBSTONES + 2) {
             t.upsert(cluster(&format!("c{i:05}"), "1"));
         }
@@ -438,7 +507,7 @@ mod tests {
 
     #[test]
     fn replace_all_keeps_unchanged_revisions() {
-        let mut t = Table::default();
+        let mut t = ResourceTable::default();
         let a = cluster("a", "1");
         t.upsert(a.clone());
         t.upsert(cluster("b", "1"));
@@ -476,7 +545,7 @@ mod tests {
     #[test]
     fn c02_glob_members_are_a_range_lookup_not_a_scan() {
         const T: &str = "envoy.config.endpoint.v3.LbEndpoint";
-        let mut t = Table::default();
+        let mut t = ResourceTable::default();
         for i in 0..5_000 {
             t.upsert(lb(&format!("xdstp://a/{T}/other/e{i:05}?k=v"), 1));
         }

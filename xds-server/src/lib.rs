@@ -51,8 +51,9 @@
 //!
 //! Where to go next:
 //! - Other caches: [`cache::LinearCache`] (one type, resource by resource, e.g. endpoints),
-//!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory
-//!   (keep signals in a [`cache::Watchers`] registry, version with [`cache::TypeVersion`]).
+//!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory:
+//!   keep its resources in [`cache::Tables`] and it is a few lines (`cache::prelude` has what
+//!   a cache author uses).
 //! - Hooks: [`Callbacks`] (observe and refuse streams and requests), [`ServerConfig`] and
 //!   [`Limits`].
 //! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
@@ -126,8 +127,8 @@ pub mod prelude {
         Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
     };
     pub use xds_cache::{
-        Cache, CacheError, DynView, LinearCache, MuxCache, Registration, Signal, Snapshot,
-        SnapshotCache, TypeVersion, Watch, WatchRequest, Watchers,
+        Cache, CacheError, DynView, LinearCache, MuxCache, Registration, ResourceTable, Signal,
+        Snapshot, SnapshotCache, Tables, TypeVersion, Watch, WatchRequest, Watchers,
     };
     pub use xds_core::ErrorDetail;
     pub use xds_core::{ResourceSet, View};

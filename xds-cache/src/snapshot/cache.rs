@@ -12,7 +12,7 @@ use super::Snapshot;
 use super::watch::{Binding, SnapshotWatch};
 use crate::cache::{Cache, CacheError, Watch, WatchRequest, check_variant};
 use crate::signal::Signal;
-use crate::table::Table;
+use crate::table::ResourceTable;
 use crate::watchers::Watchers;
 
 type Grouper = dyn Fn(&Node) -> String + Send + Sync;
@@ -98,7 +98,7 @@ pub(super) struct Group {
 #[derive(Default)]
 pub(super) struct GroupData {
     pub(super) snapshot: Option<Snapshot>,
-    pub(super) tables: BTreeMap<TypeUrl, Table>,
+    pub(super) tables: BTreeMap<TypeUrl, ResourceTable>,
     pub(super) last_watch: Option<SystemTime>,
 }
 

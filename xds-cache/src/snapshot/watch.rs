@@ -13,7 +13,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use super::cache::{Group, Inner, read, write};
 use crate::cache::{DynView, Watch};
 use crate::signal::Signal;
-use crate::table::Table;
+use crate::table::ResourceTable;
 use crate::unready::Unready;
 use crate::watchers::Registration;
 
@@ -135,7 +135,7 @@ impl Watch for SnapshotWatch {
         } else if let Some(table) = data.tables.get(&self.binding.type_url) {
             table
         } else {
-            empty = Table::default();
+            empty = ResourceTable::default();
             &empty
         };
         if !st.fixed {
