@@ -120,6 +120,14 @@ pub struct ServerConfig {
     /// this for its turn. Keep it above the time the largest storm takes to serve: past it, the
     /// rest of a storm is served all at once, round-robin.
     pub join_max_wait: Duration,
+    /// How long a stream waits while the cache serves its node nothing of a type it asked for
+    /// (a node whose group has no configuration: a typo in a node id, a group not published
+    /// yet) before it ends with `FAILED_PRECONDITION` naming the node and group; the client
+    /// retries, on another replica or once the group exists. `None` (the default): it waits
+    /// until the configuration arrives. Either way the wait is visible: `unserved_since_ms` in
+    /// the stream's status and the `xds_streams_unserved` gauge. Keep it above the time the
+    /// configuration takes to arrive after a restart (`Duration::ZERO` refuses at once).
+    pub unserved_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -135,6 +143,7 @@ impl Default for ServerConfig {
             join_timeout: Duration::from_secs(5),
             resource_errors: true,
             join_max_wait: Duration::from_secs(10),
+            unserved_timeout: None,
         }
     }
 }

@@ -475,6 +475,8 @@ mod tests {
             opened_ms: 0,
             types: types.into_iter().map(|(t, s)| (TypeUrl::from(t).to_string(), s)).collect(),
             group: None,
+            unserved_since_ms: None,
+            unserved_types: Vec::new(),
             node: Some(std::sync::Arc::new(node(node_id))),
         }
     }

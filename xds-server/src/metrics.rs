@@ -42,6 +42,8 @@ pub struct Metrics {
     refused: Mutex<BTreeMap<&'static str, u64>>,
     /// Streams that waited for a join permit for `join_max_wait` and went on ungated.
     join_gate_passed: std::sync::atomic::AtomicU64,
+    /// Streams the cache serves nothing of some type they asked for (their group has none).
+    unserved: std::sync::atomic::AtomicI64,
 }
 
 impl Metrics {
@@ -98,6 +100,11 @@ impl Metrics {
 
     pub(crate) fn refused(&self, reason: &'static str) {
         *lock(&self.refused).entry(reason).or_default() += 1;
+    }
+
+    /// A stream became unserved (`1`) or served again or ended (`-1`).
+    pub(crate) fn unserved(&self, delta: i64) {
+        self.unserved.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn join_gate_passed(&self) {
@@ -174,6 +181,13 @@ impl Metrics {
              join_max_wait and went on ungated.\n# TYPE xds_join_gate_passed_total counter\n\
              xds_join_gate_passed_total {}",
             self.join_gate_passed.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP xds_streams_unserved Streams whose node is served nothing of a type it asked \
+             for (its group has no configuration): they wait, or end after unserved_timeout.\n\
+             # TYPE xds_streams_unserved gauge\nxds_streams_unserved {}",
+            self.unserved.load(std::sync::atomic::Ordering::Relaxed).max(0)
         );
         out
     }

@@ -121,6 +121,14 @@ pub struct StreamStatus {
     /// first request, asked again at each NACK (a regroup moves streams).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Since when the cache has served the node nothing of some type it asked for
+    /// (milliseconds since the Unix epoch): its group has no configuration, and the client
+    /// waits (see `ServerConfig::unserved_timeout`). Absent while everything asked is served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unserved_since_ms: Option<u64>,
+    /// The types served nothing (their labels), while `unserved_since_ms` is set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unserved_types: Vec<String>,
     /// The node, shared with the stream's callbacks.
     #[serde(skip)]
     pub(crate) node: Option<Arc<Node>>,
@@ -168,6 +176,8 @@ impl StatusRegistry {
             opened_ms: now_ms(),
             types: BTreeMap::new(),
             group: None,
+            unserved_since_ms: None,
+            unserved_types: Vec::new(),
             node: None,
         }));
         lock(&self.streams).insert(stream, Entry { status: status.clone(), detail: None });

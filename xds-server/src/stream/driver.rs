@@ -78,7 +78,12 @@ impl<P: Protocol> Detail for Shareable<P> {
 
 /// The cache watches of a stream's types: the views its core reads.
 #[derive(Default)]
-struct Watches(BTreeMap<TypeUrl, Box<dyn Watch>>);
+struct Watches {
+    watches: BTreeMap<TypeUrl, Box<dyn Watch>>,
+    /// The types whose view was not ready when last read: the cache serves the node nothing of
+    /// them yet (its group has no configuration), so the stream waits.
+    unready: std::collections::BTreeSet<TypeUrl>,
+}
 
 impl proto::Views<TypeUrl> for Watches {
     type Resource = EncodedResource;
@@ -88,8 +93,16 @@ impl proto::Views<TypeUrl> for Watches {
         type_url: &TypeUrl,
         f: &mut dyn FnMut(&dyn View<Resource = EncodedResource>),
     ) {
-        if let Some(watch) = self.0.get(type_url) {
-            watch.read(&mut |view: &DynView<'_>| f(view));
+        let Some(watch) = self.watches.get(type_url) else { return };
+        let mut ready = true;
+        watch.read(&mut |view: &DynView<'_>| {
+            ready = view.is_ready();
+            f(view);
+        });
+        if ready {
+            self.unready.remove(type_url);
+        } else if !self.unready.contains(type_url) {
+            self.unready.insert(type_url.clone());
         }
     }
 }
@@ -113,6 +126,8 @@ struct Driver<P: Protocol> {
     /// Frees the permit it holds, if any, when dropped (the permit's keeper also frees it after
     /// `join_timeout`).
     permit: Option<oneshot::Sender<()>>,
+    /// Since when the cache has served the node nothing of a type it asked for, if it has not.
+    unserved_since: Option<Instant>,
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -163,6 +178,7 @@ pub(crate) fn open<P: Protocol>(
         done: false,
         join: Join::new(shared.join_gate.is_some(), shared.config.join_max_wait),
         permit: None,
+        unserved_since: None,
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
@@ -216,6 +232,7 @@ impl<P: Protocol> Driver<P> {
                 self.permit = None;
             }
             let timeout = lock(&self.core.0).poll_timeout();
+            let give_up = self.unserved_deadline();
             tokio::select! {
                 biased;
                 _ = self.shared.shutdown.cancelled() => {
@@ -250,6 +267,11 @@ impl<P: Protocol> Driver<P> {
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
                     lock(&self.core.0).handle_timeout(Instant::now());
+                }
+                // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
+                _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
+                    self.done = true;
+                    return Some(Err(self.unserved_status()));
                 }
             }
             self.respond();
@@ -336,7 +358,7 @@ impl<P: Protocol> Driver<P> {
             return Err(status);
         }
         self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
-        if !self.watches.0.contains_key(&type_url) {
+        if !self.watches.watches.contains_key(&type_url) {
             self.open_type(&type_url)?;
         }
         // Per-resource policy, asked with no lock held (rule C4: PERMISSION_DENIED per name).
@@ -410,8 +432,63 @@ impl<P: Protocol> Driver<P> {
             .watch(WatchRequest { node, type_url, variant: P::VARIANT }, self.signal.clone())
             .map_err(|e| crate::server::cache_status(&e))?;
         self.shared.metrics.stream_opened(P::LABEL, self.shared.label(type_url));
-        self.watches.0.insert(type_url.clone(), watch);
+        self.watches.watches.insert(type_url.clone(), watch);
         Ok(())
+    }
+
+    /// When a stream the cache serves nothing ends (`ServerConfig::unserved_timeout`), if it is
+    /// unserved and the server gives up on such streams.
+    fn unserved_deadline(&self) -> Option<Instant> {
+        Some(self.unserved_since? + self.shared.config.unserved_timeout?)
+    }
+
+    /// Why a stream served nothing ends: the client retries (on another replica, or once the
+    /// group is configured) and the operator sees which node and group had no configuration.
+    fn unserved_status(&self) -> Status {
+        self.shared.metrics.refused("unserved");
+        let node = self.info.node.as_deref().map_or("", |n| n.id.as_str());
+        // Quoted and escaped: a node id may hold anything, a newline included.
+        let group = match self.info.group.as_deref() {
+            Some(group) => format!(" (group {:?})", xds_core::echo(group).to_string()),
+            None => String::new(),
+        };
+        let types: Vec<&str> = self.watches.unready.iter().map(|t| self.shared.label(t)).collect();
+        tracing::info!(
+            node,
+            group = self.info.group.as_deref(),
+            ?types,
+            "no configuration for this node: stream ended"
+        );
+        Status::failed_precondition(format!(
+            "no configuration is served for node {:?}{group} ({}): the control plane has none for it",
+            xds_core::echo(node).to_string(),
+            types.join(", "),
+        ))
+    }
+
+    /// Keeps the stream's status and the server's gauge in step with whether the cache serves
+    /// the node everything it asked for. A node whose group has no configuration otherwise
+    /// waits in silence: this makes it visible (`/status`, `xds_streams_unserved`).
+    fn track_unserved(&mut self, now: Instant) {
+        let unserved = !self.watches.unready.is_empty();
+        if !unserved && self.unserved_since.is_none() {
+            return;
+        }
+        let mut status = lock(&self.status);
+        if unserved {
+            if self.unserved_since.is_none() {
+                self.unserved_since = Some(now);
+                self.shared.metrics.unserved(1);
+                status.unserved_since_ms = Some(crate::status::now_ms());
+            }
+            let types = self.watches.unready.iter().map(|t| self.shared.label(t).to_owned());
+            status.unserved_types = types.collect();
+        } else {
+            self.unserved_since = None;
+            self.shared.metrics.unserved(-1);
+            status.unserved_since_ms = None;
+            status.unserved_types.clear();
+        }
     }
 
     /// Takes every response the core owes into the outbox, then reports what happened: status
@@ -428,6 +505,7 @@ impl<P: Protocol> Driver<P> {
         }
         let events: Vec<_> = std::iter::from_fn(|| core.poll_event()).collect();
         drop(core);
+        self.track_unserved(now);
         if events.is_empty() {
             return;
         }
@@ -452,7 +530,10 @@ impl<P: Protocol> Drop for Driver<P> {
     fn drop(&mut self) {
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);
-        for t in self.watches.0.keys() {
+        if self.unserved_since.is_some() {
+            self.shared.metrics.unserved(-1);
+        }
+        for t in self.watches.watches.keys() {
             self.shared.metrics.stream_closed(P::LABEL, self.shared.label(t));
         }
         self.shared.callbacks.on_stream_closed(&self.info);
