@@ -63,6 +63,18 @@ pub trait Watch: Send + Sync {
     /// Lends the current view to `f`. Keep `f` short and synchronous: a cache may hold a read lock
     /// while it runs (writers wait, other readers do not).
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>));
+
+    /// The stream's client subscribed to `names` (each authorized; the server calls this before
+    /// it computes the response to the request, with no lock of the stream held). A cache that
+    /// makes resources only when a client asks for them ([`Tables::generated`](crate::Tables::generated))
+    /// makes them now, so that the response has them; every other cache keeps the default,
+    /// which does nothing and never looks at `names`.
+    ///
+    /// The names are what a peer sent (bounded by the server's limits): look them up, never
+    /// keep per-name state for names you do not know.
+    fn subscribed(&self, names: &mut dyn Iterator<Item = &str>) {
+        let _ = names;
+    }
 }
 
 impl<C: Cache + ?Sized> Cache for Arc<C> {

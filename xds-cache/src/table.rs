@@ -271,6 +271,11 @@ impl ResourceTable {
         self.entries.get(&*normal(name)).map(|e| &e.resource)
     }
 
+    /// Whether `resource` is the one `name` (in any spelling, rule C1) names.
+    pub(crate) fn is_named(&self, resource: &EncodedResource, name: &str) -> bool {
+        resource.name() == normal(name)
+    }
+
     /// The number of resources.
     pub fn len(&self) -> usize {
         self.entries.len()

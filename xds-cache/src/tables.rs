@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::{Arc, PoisonError, RwLock};
 
+use xds_core::{ErrorDetail, View, code};
+use xds_proto::EncodedResource;
+
 use crate::cache::{DynView, Watch};
 use crate::signal::Signal;
 use crate::table::ResourceTable;
@@ -25,6 +28,8 @@ use crate::watchers::{Registration, Watchers};
 /// [`update`](Self::update) of the key creates its table (an update that adds nothing makes an
 /// empty, ready one).
 ///
+/// Resources may also be made only when a client asks for them: see [`generated`](Self::generated).
+///
 /// Clone it freely: clones share the tables.
 ///
 /// ```
@@ -43,8 +48,12 @@ pub struct Tables<K> {
     inner: Arc<Inner<K>>,
 }
 
+/// What makes a resource when a client first subscribes to its name (see [`Tables::generated`]).
+type Generate<K> = dyn Fn(&K, &str) -> Result<Option<EncodedResource>, ErrorDetail> + Send + Sync;
+
 struct Inner<K> {
     tables: RwLock<BTreeMap<K, Arc<RwLock<ResourceTable>>>>,
+    generate: Option<Box<Generate<K>>>,
     watchers: Watchers<K>,
     /// The highest revision of any table removed: a table created afterwards starts above it, so
     /// that a stream that read the removed one is never told only the new one's changes.
@@ -59,27 +68,65 @@ impl<K> Clone for Tables<K> {
 
 impl<K: Ord + Hash + Clone + Send + Sync + 'static> Default for Tables<K> {
     fn default() -> Self {
+        Self::with(None)
+    }
+}
+
+impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
+    fn with(generate: Option<Box<Generate<K>>>) -> Self {
         Tables {
             inner: Arc::new(Inner {
                 tables: RwLock::default(),
+                generate,
                 watchers: Watchers::default(),
                 removed_up_to: RwLock::default(),
             }),
         }
     }
-}
 
-impl<K: std::fmt::Debug> std::fmt::Debug for Tables<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let tables = self.inner.tables.read().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("Tables").field("keys", &tables.keys().collect::<Vec<_>>()).finish()
-    }
-}
-
-impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// No tables: every key is not ready.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Tables whose resources are made when a client first subscribes to them by name, rather
+    /// than all up front: for large inventories of which each client needs a few (endpoints,
+    /// routes, on-demand and collection-based types), only what some client asked for is ever
+    /// encoded, once for every client.
+    ///
+    /// `generate(key, name)` is called with no lock held (of the tables or of any stream) when
+    /// a stream of `key` subscribes to a `name` its table does not hold, before the response is
+    /// computed. It answers `Ok(Some(resource))` (kept in the table like any other, and sent),
+    /// `Ok(None)` (no such resource: the client is told `NOT_FOUND`, and the next subscription
+    /// asks again), or `Err(detail)`: the resource exists but cannot be served now, which the
+    /// client is told in `resource_errors` (rule C4; `UNAVAILABLE` or `INTERNAL` keep what the
+    /// client holds) until the error is cleared or the resource is set. The names are a peer's:
+    /// answer `Ok(None)` for names you do not know, so that nothing is kept for them.
+    ///
+    /// Keep generated resources current as for any table: [`update`](Self::update) them when
+    /// your data changes (or delete them: the next subscription makes them again). Wildcard
+    /// subscriptions see what the tables hold, generated or set.
+    ///
+    /// ```
+    /// use xds_cache::Tables;
+    /// use xds_proto::EncodedResource;
+    /// use xds_proto::builders::endpoints;
+    ///
+    /// let tables = Tables::generated(|_type: &&str, name: &str| {
+    ///     // Look `name` up in your inventory; only names it knows become resources.
+    ///     let known = name.starts_with("svc-");
+    ///     Ok(known.then(|| EncodedResource::new(&endpoints(name, &[("10.0.0.1", 80)]))).transpose()
+    ///         .expect("a ClusterLoadAssignment with a name encodes"))
+    /// });
+    /// # let _ = tables.keys();
+    /// ```
+    pub fn generated(
+        generate: impl Fn(&K, &str) -> Result<Option<EncodedResource>, ErrorDetail>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self::with(Some(Box::new(generate)))
     }
 
     /// Changes the table of `key` (created empty if it has none) with `f`, then signals the
@@ -176,6 +223,13 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     }
 }
 
+impl<K: std::fmt::Debug> std::fmt::Debug for Tables<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables = self.inner.tables.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("Tables").field("keys", &tables.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
 /// One stream's watch of one key.
 struct TableWatch<K: Eq + Hash> {
     inner: Arc<Inner<K>>,
@@ -183,7 +237,7 @@ struct TableWatch<K: Eq + Hash> {
     _registration: Registration<K>,
 }
 
-impl<K: Ord + Hash + Clone + Send + Sync> Watch for TableWatch<K> {
+impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
         let tables = self.inner.tables.read().unwrap_or_else(PoisonError::into_inner);
         let table = tables.get(&self.key).cloned();
@@ -192,6 +246,47 @@ impl<K: Ord + Hash + Clone + Send + Sync> Watch for TableWatch<K> {
             Some(table) => f(&*table.read().unwrap_or_else(PoisonError::into_inner)),
             None => f(&Unready),
         }
+    }
+
+    /// Makes the names the table does not hold (when the tables generate resources), with no
+    /// lock held while the user's function runs, then applies every answer in one update.
+    fn subscribed(&self, names: &mut dyn Iterator<Item = &str>) {
+        let Some(generate) = &self.inner.generate else { return };
+        let tables = Tables { inner: self.inner.clone() };
+        let mut made = Vec::new();
+        for name in names {
+            if name == xds_core::WILDCARD || xds_core::xdstp::is_glob_name(name) {
+                continue;
+            }
+            let held = tables
+                .read(&self.key, |t| t.get(name).is_some() || t.resource_error(name).is_some());
+            if held != Some(true) {
+                made.push((name.to_owned(), generate(&self.key, name)));
+            }
+        }
+        if made.is_empty() {
+            return;
+        }
+        tables.update(&self.key, |table| {
+            for (name, answer) in made {
+                match answer {
+                    Ok(Some(resource)) if table.is_named(&resource, &name) => {
+                        table.upsert(resource);
+                    }
+                    Ok(Some(resource)) => {
+                        let message = format!(
+                            "the control plane made a resource named {:?} for this name",
+                            xds_core::echo(resource.name()).to_string()
+                        );
+                        table.set_error(&name, Some(ErrorDetail { code: code::INTERNAL, message }));
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        table.set_error(&name, Some(error));
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -273,5 +368,34 @@ mod tests {
         assert_eq!((tables.watching(&"a"), tables.watching_total()), (1, 1));
         drop(watch);
         assert_eq!(tables.watching_total(), 0);
+    }
+
+    #[test]
+    fn a_generated_name_is_made_once_and_a_misnamed_one_is_an_internal_error() {
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let tables = Tables::generated(move |_: &u8, name: &str| {
+            seen.lock().unwrap().push(name.to_owned());
+            match name {
+                "a" => Ok(Some(cluster("a", "1"))),
+                "wrong" => Ok(Some(cluster("other", "1"))),
+                _ => Ok(None),
+            }
+        });
+        let signal = Arc::new(Signal::new());
+        let watch = tables.watch(1, signal.clone());
+        watch.subscribed(&mut ["a", "wrong", "none", "*"].into_iter());
+        assert!(raised(&signal), "the stream looks again");
+        assert_eq!(*calls.lock().unwrap(), ["a", "wrong", "none"], "never the wildcard");
+        let mut error = None;
+        let mut has = (false, false);
+        watch.read(&mut |view| {
+            has = (view.get("a").is_some(), view.get("other").is_some());
+            error = view.resource_error("wrong");
+        });
+        assert_eq!(has, (true, false), "a misnamed resource is not kept");
+        assert_eq!(error.map(|e| e.code), Some(code::INTERNAL));
+        watch.subscribed(&mut ["a", "wrong", "none"].into_iter());
+        assert_eq!(calls.lock().unwrap().len(), 4, "only the name nothing was kept for");
     }
 }

@@ -86,6 +86,8 @@ pub(crate) async fn fetch(
         .collect();
     wanted.sort();
     wanted.dedup();
+    // A cache that makes resources when asked makes these now.
+    watch.subscribed(&mut wanted.iter().map(String::as_str));
     loop {
         let mut current = None;
         watch.read(&mut |view| {

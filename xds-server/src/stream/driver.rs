@@ -365,6 +365,14 @@ impl<P: Protocol> Driver<P> {
         let node = self.info.node.as_deref().unwrap_or(&ANONYMOUS);
         let names = P::requested_names(&request);
         let denied = self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names);
+        // A cache that makes resources when asked makes these now, before the response.
+        if let Some(watch) = self.watches.watches.get(&type_url) {
+            let allowed = |name: &&str| match xds_proto::xdstp::normalize(name) {
+                Ok(normal) => !denied.contains_key(&*normal),
+                Err(_) => false,
+            };
+            watch.subscribed(&mut names.iter().map(String::as_str).filter(allowed));
+        }
         let request = P::to_core(request, denied);
         let handled = lock(&self.core.0).handle_request(type_url, request, Instant::now());
         handled.map_err(|e| self.refuse(&e))
