@@ -60,6 +60,11 @@
 //!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
 //! - Observing: [`XdsServer::status`] (what each node holds, ACKed, NACKed), CSDS,
 //!   [`XdsServer::metrics`].
+//! - Logs: the server writes them through the `tracing` facade and never installs a subscriber
+//!   itself, so nothing is printed until your program installs one (e.g. `tracing-subscriber`'s
+//!   `fmt().init()`). At `info`: every NACK (node, group, type, rejected version, the client's
+//!   text), every refused request, a stream ended for want of configuration; at `debug`: streams
+//!   opening and closing; at `warn`/`error`: accept failures and file writes that failed.
 //!
 //! # What this crate does
 //!

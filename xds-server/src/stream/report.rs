@@ -53,6 +53,8 @@ pub(super) fn record(
                     now_ms(),
                 );
                 tracing::info!(
+                    node = %status.node_id,
+                    group = status.group.as_deref(),
                     type_url = %type_key,
                     rejected_version = %nack.rejected_version,
                     version = %nack.version,
