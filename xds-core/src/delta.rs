@@ -41,14 +41,14 @@ impl Protocol for Delta {
             sub.traits.wildcard_capable,
         );
         if change.wildcard_joined() {
-            sub.tracker.synced = None;
+            sub.tracker.resync();
         }
         sub.tracker.subscription_grew(&change, &sub.subscription);
         // Rule D2: every subscribed name is (re)sent, even one the client may hold, except what
         // a reconnecting client declared it holds (rule D7). A client that holds nothing and
         // has not been compared yet is sent everything it subscribes to anyway: nothing to mark
         // (a joining proxy's 10,000 names cost no lookups here).
-        if sub.tracker.synced.is_some() || !sub.tracker.holds_nothing() {
+        if sub.tracker.has_compared() || !sub.tracker.holds_nothing() {
             for name in &request.subscribe {
                 let declared = first && sub.tracker.get(name, &sub.subscription).is_some();
                 if sub.subscription.has_name(name) && !declared {

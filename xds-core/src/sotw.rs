@@ -60,7 +60,7 @@ impl Protocol for Sotw {
         let names = sub.naming.admit_sotw(names, &request.denied);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
         if change.wildcard_joined() {
-            sub.tracker.synced = None;
+            sub.tracker.resync();
         }
         sub.tracker.subscription_grew(&change, &sub.subscription);
         for name in change.added_names() {
@@ -146,9 +146,7 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
     if !resumable || view.version() != version {
         return false;
     }
-    sub.tracker.hold_all(view);
-    sub.tracker.forced.clear();
-    sub.tracker.synced = Some(view.revision());
+    sub.tracker.resume_at(view);
     sub.responded = true;
     true
 }
@@ -166,7 +164,7 @@ fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
 ) -> (Vec<R>, Option<ResourceSet<R>>, Option<String>) {
     let mut all = Vec::new();
     if sub.subscription.is_wildcard()
-        && sub.tracker.deferred.is_empty()
+        && sub.tracker.deferred().is_empty()
         && let Some(set) = view.resource_set()
     {
         return (all, Some(set).filter(|set| !set.is_empty()), None);
@@ -181,7 +179,7 @@ fn full_state<R: Resource, V: View<Resource = R> + ?Sized>(
     }
     // Removals put off (rule O1) stay in the full state, as the client last got them.
     let mut kept = Vec::new();
-    for name in &sub.tracker.deferred {
+    for name in sub.tracker.deferred() {
         if let Some(HeldRef::Sent(r)) = sub.tracker.get(name, &sub.subscription)
             && view.get(name).is_none()
         {

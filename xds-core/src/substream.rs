@@ -258,7 +258,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// Whether removals were put off by
     /// [`poll_response_deferring_removals`](Self::poll_response_deferring_removals).
     pub fn has_deferred_removals(&self) -> bool {
-        !self.tracker.deferred.is_empty()
+        !self.tracker.deferred().is_empty()
     }
 
     /// A heartbeat for the resources with a TTL that the client holds, if any and if no response

@@ -36,15 +36,15 @@ pub(crate) struct Tracker<R> {
     /// never has resources with a TTL.
     ttls: BTreeMap<Arc<str>, std::time::Duration>,
     /// Names to send in the next response even if the client holds them (rules S12, D2).
-    pub(crate) forced: BTreeSet<String>,
+    forced: BTreeSet<String>,
     /// Glob collections (rule C2) subscribed since the last comparison: their members are sent
     /// in the next response (rule D2), and that response is owed even when the collection has
     /// no member, so that the client is not left waiting for its timeout.
-    pub(crate) forced_globs: BTreeSet<String>,
+    forced_globs: BTreeSet<String>,
     /// Removals put off by [`Removals::Defer`], to look at again.
-    pub(crate) deferred: BTreeSet<String>,
+    deferred: BTreeSet<String>,
     /// The view revision the held state was last compared at; `None`: compare everything.
-    pub(crate) synced: Option<u64>,
+    synced: Option<u64>,
 }
 
 impl<R> Default for Tracker<R> {
@@ -143,6 +143,30 @@ fn beyond<'a, R: Resource>(
 
 impl<R: Resource> Tracker<R> {
     /// What the client holds under `name`: `None` when nothing.
+    /// Forgets the revision the held state was compared at: the next comparison looks at
+    /// every subscribed name (a wildcard joined, or a client's version was not the view's).
+    pub(crate) fn resync(&mut self) {
+        self.synced = None;
+    }
+
+    /// Whether the held state was compared with a view since it was last reset.
+    pub(crate) fn has_compared(&self) -> bool {
+        self.synced.is_some()
+    }
+
+    /// The client holds what `view` has, as a resuming SotW client at the view's version
+    /// says (rule S16): nothing is owed until the view changes.
+    pub(crate) fn resume_at<V: View<Resource = R> + ?Sized>(&mut self, view: &V) {
+        self.hold_all(view);
+        self.forced.clear();
+        self.synced = Some(view.revision());
+    }
+
+    /// Removals put off by [`Removals::Defer`] (rule O1), still held by the client.
+    pub(crate) fn deferred(&self) -> &BTreeSet<String> {
+        &self.deferred
+    }
+
     pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
         match self.held.get(name) {
             Some(HeldRef::Dropped) => None,
