@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) custom_labels: Vec<(String, &'static str)>,
     pub(crate) lrs: LoadReportingServer,
     pub(crate) hds: Option<HealthDiscoveryServer>,
+    /// The whole-set encodings this server used last (see `wire::RecentEncodings`).
+    pub(crate) encodings: crate::wire::RecentEncodings,
 }
 
 impl Shared {
@@ -264,6 +266,7 @@ impl XdsServerBuilder {
                 join_gate,
                 lrs,
                 hds,
+                encodings: Default::default(),
             }),
         }
     }

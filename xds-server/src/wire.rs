@@ -79,8 +79,8 @@ pub struct EncodedSet {
 /// for all of them, not once per client (issue 14: the copy and the framing were a third of the
 /// storm's CPU). Held weakly, so that a set kept for a long time (a node group's view between
 /// its changes) does not keep a second copy of its resources once no response is being written
-/// from it and it is not among the few used last ([`RECENTLY_USED`]); the next joiner encodes
-/// it again.
+/// from it and it is not among the few its server used last ([`RecentEncodings`]); the next
+/// joiner encodes it again.
 #[derive(Default)]
 pub(crate) struct SetEncoding {
     sotw: Mutex<Weak<Encoded>>,
@@ -115,7 +115,11 @@ enum Variant {
 ///
 /// The encoding is made with no lock held: streams that find none at once each make their own
 /// (the same bytes), rather than park their runtime threads while one does.
-fn encoded_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Option<EncodedSet> {
+fn encoded_set(
+    set: &ResourceSet<EncodedResource>,
+    variant: Variant,
+    recent: Option<&RecentEncodings>,
+) -> Option<EncodedSet> {
     let memo = set.memo::<SetEncoding>()?;
     let cell = match variant {
         Variant::Sotw => &memo.sotw,
@@ -137,46 +141,52 @@ fn encoded_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Option<E
             }
         }
     };
-    keep_recent(&encoded);
+    if let Some(recent) = recent {
+        recent.keep(&encoded);
+    }
     let body_bytes = encoded.body_bytes;
     Some(EncodedSet { bytes: Bytes::from_owner(Owner(encoded)), body_bytes })
 }
 
-/// How many of the most recently used set encodings are kept alive beyond their responses.
+/// How many of the set encodings a server used last are kept alive beyond their responses.
 const RECENT: usize = 8;
 
 /// How many bytes of encodings [`RECENT`] may keep at most (the newest is kept whatever its size).
 const RECENT_BYTES: usize = 64 << 20;
 
-/// The set encodings used last, newest first, kept alive so that joiners of one view in a storm,
-/// who come one after another through the join gate, reuse one encoding instead of each making
-/// it again in the moment between two of them when no response holds it (measured: that gap
-/// made the 1,000-client storm cost a third more CPU). Bounded by count and bytes, so that views
-/// of many node groups never keep more than this between them beyond what is being written.
-/// Process-wide, as the sets are: several servers in one process share it.
-static RECENTLY_USED: Mutex<VecDeque<Arc<Encoded>>> = Mutex::new(VecDeque::new());
+/// The set encodings one server used last, newest first, kept alive so that joiners of one view
+/// in a storm, who come one after another through the join gate, reuse one encoding instead of
+/// each making it again in the moment between two of them when no response holds it (measured:
+/// that gap made the 1,000-client storm cost a third more CPU). Bounded by count and bytes, so
+/// that views of many node groups never keep more than this between them beyond what is being
+/// written. Owned by the server: servers in one process (tests, a process serving two meshes)
+/// neither share nor evict each other's.
+#[derive(Default)]
+pub(crate) struct RecentEncodings(Mutex<VecDeque<Arc<Encoded>>>);
 
-/// Marks `encoded` as used now, and lets go of what falls out of [`RECENTLY_USED`].
-fn keep_recent(encoded: &Arc<Encoded>) {
-    let mut recent = RECENTLY_USED.lock().unwrap_or_else(PoisonError::into_inner);
-    if recent.front().is_some_and(|e| Arc::ptr_eq(e, encoded)) {
-        return;
-    }
-    recent.retain(|e| !Arc::ptr_eq(e, encoded));
-    recent.push_front(encoded.clone());
-    let mut bytes = 0;
-    let mut keep = 0;
-    for e in recent.iter() {
-        bytes += e.entries.len();
-        if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
-            break;
+impl RecentEncodings {
+    /// Marks `encoded` as used now, and lets go of what falls out.
+    fn keep(&self, encoded: &Arc<Encoded>) {
+        let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.front().is_some_and(|e| Arc::ptr_eq(e, encoded)) {
+            return;
         }
-        keep += 1;
+        recent.retain(|e| !Arc::ptr_eq(e, encoded));
+        recent.push_front(encoded.clone());
+        let mut bytes = 0;
+        let mut keep = 0;
+        for e in recent.iter() {
+            bytes += e.entries.len();
+            if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
+                break;
+            }
+            keep += 1;
+        }
+        // Dropped after the lock: freeing megabytes need not hold up other streams.
+        let dropped: Vec<_> = recent.drain(keep..).collect();
+        drop(recent);
+        drop(dropped);
     }
-    // Dropped after the lock: freeing megabytes need not hold up other streams.
-    let dropped: Vec<_> = recent.drain(keep..).collect();
-    drop(recent);
-    drop(dropped);
 }
 
 /// Every entry of `set`, as `variant`'s responses write them, in one buffer of the exact size.
@@ -201,7 +211,17 @@ fn encode_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Encoded {
 impl SotwWire {
     /// The wire form of a core response for `type_url`.
     pub fn new(type_url: &TypeUrl, r: SotwResponse<EncodedResource>, cp: Option<&str>) -> Self {
-        let shared = r.shared.as_ref().and_then(|set| encoded_set(set, Variant::Sotw));
+        Self::encode(type_url, r, cp, None)
+    }
+
+    /// [`new`](Self::new), keeping a whole set's encoding among `recent` (the server's).
+    pub(crate) fn encode(
+        type_url: &TypeUrl,
+        r: SotwResponse<EncodedResource>,
+        cp: Option<&str>,
+        recent: Option<&RecentEncodings>,
+    ) -> Self {
+        let shared = r.shared.as_ref().and_then(|set| encoded_set(set, Variant::Sotw, recent));
         // A set that cannot be encoded whole goes entry by entry.
         let r = if shared.is_none() { r.into_listed() } else { r };
         SotwWire {
@@ -226,13 +246,23 @@ impl SotwWire {
 impl DeltaWire {
     /// The wire form of a core response for `type_url`.
     pub fn new(type_url: &TypeUrl, r: DeltaResponse<EncodedResource>, cp: Option<&str>) -> Self {
+        Self::encode(type_url, r, cp, None)
+    }
+
+    /// [`new`](Self::new), keeping a whole set's encoding among `recent` (the server's).
+    pub(crate) fn encode(
+        type_url: &TypeUrl,
+        r: DeltaResponse<EncodedResource>,
+        cp: Option<&str>,
+        recent: Option<&RecentEncodings>,
+    ) -> Self {
         // The set's encoding names each resource by its normal form: a client that spelled some
         // of them otherwise (rule C1) is written entry by entry.
         let shared = r
             .shared
             .as_ref()
             .filter(|_| r.spellings.is_empty())
-            .and_then(|set| encoded_set(set, Variant::Delta));
+            .and_then(|set| encoded_set(set, Variant::Delta, recent));
         let r = if shared.is_none() { r.into_listed() } else { r };
         DeltaWire {
             system_version_info: r.system_version_info,
@@ -708,11 +738,13 @@ mod tests {
             heartbeat: false,
             resource_errors: Vec::new(),
         };
-        let (a, b) =
-            (SotwWire::new(&url, sotw.clone(), None), SotwWire::new(&url, sotw.clone(), None));
+        let recent = RecentEncodings::default();
+        let wire =
+            |r: SotwResponse<EncodedResource>| SotwWire::encode(&url, r, None, Some(&recent));
+        let (a, b) = (wire(sotw.clone()), wire(sotw.clone()));
         let (sa, sb) = (a.shared.as_ref().unwrap(), b.shared.as_ref().unwrap());
         assert_eq!(sa.bytes.as_ptr(), sb.bytes.as_ptr(), "one encoding for both");
-        let listed = SotwWire::new(&url, sotw.into_listed(), None);
+        let listed = SotwWire::new(&url, sotw.clone().into_listed(), None);
         assert!(listed.shared.is_none());
         assert!(a.encode_to_vec() == listed.encode_to_vec(), "the same bytes as listed");
         assert_eq!(a.encoded_len(), listed.encoded_len());
@@ -728,9 +760,15 @@ mod tests {
         // Pushed out by others, and no response holds it: released.
         let others: Vec<_> =
             (0..RECENT).map(|i| ResourceSet::new(vec![cluster(&format!("other-{i}"))])).collect();
-        let wires: Vec<_> = others.iter().map(|o| encoded_set(o, Variant::Sotw)).collect();
+        let wires: Vec<_> =
+            others.iter().map(|o| encoded_set(o, Variant::Sotw, Some(&recent))).collect();
         assert!(!kept(&set), "released once it is neither used nor recent");
         drop(wires);
+        // Another server's encodings are its own: nothing here keeps them once they are used.
+        let elsewhere = SotwWire::new(&url, sotw.clone(), None);
+        assert!(kept(&set));
+        drop(elsewhere);
+        assert!(!kept(&set), "kept by no server's recent encodings");
 
         let delta = DeltaResponse {
             system_version_info: "v".into(),

@@ -507,7 +507,7 @@ impl<P: Protocol> Driver<P> {
         let cp = self.shared.config.control_plane_id.as_deref();
         let mut core = lock(&self.core.0);
         while let Some(out) = core.poll_response(&mut self.watches, now) {
-            let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp);
+            let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp, &self.shared.encodings);
             self.shared.metrics.response(P::LABEL, self.shared.label(&out.type_key), bytes);
             self.outbox.push_back((wire, bytes > 0));
         }

@@ -14,7 +14,7 @@ use xds_proto::{EncodedResource, TypeUrl};
 use crate::callbacks::XdsRequest;
 use crate::requests::{Incoming, Malformed, SotwIncoming};
 use crate::status::{TypeStatus, lock};
-use crate::wire::{DeltaWire, Framed, SotwWire};
+use crate::wire::{DeltaWire, Framed, RecentEncodings, SotwWire};
 
 /// One protocol variant as the server speaks it: its wire messages and the core variant.
 pub(crate) trait Protocol: Send + 'static {
@@ -56,6 +56,7 @@ pub(crate) trait Protocol: Send + 'static {
         response: <Self::Core as xds_core::Protocol>::Response<EncodedResource>,
         type_url: &TypeUrl,
         control_plane: Option<&str>,
+        recent: &RecentEncodings,
     ) -> (Self::Wire, usize);
 }
 
@@ -133,8 +134,9 @@ impl Protocol for Sotw {
         response: xds_core::SotwResponse<EncodedResource>,
         type_url: &TypeUrl,
         cp: Option<&str>,
+        recent: &RecentEncodings,
     ) -> (SotwWire, usize) {
-        let wire = SotwWire::new(type_url, response, cp);
+        let wire = SotwWire::encode(type_url, response, cp, Some(recent));
         let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
         (wire, bytes)
     }
@@ -195,8 +197,9 @@ impl Protocol for Delta {
         response: xds_core::DeltaResponse<EncodedResource>,
         type_url: &TypeUrl,
         cp: Option<&str>,
+        recent: &RecentEncodings,
     ) -> (DeltaWire, usize) {
-        let wire = DeltaWire::new(type_url, response, cp);
+        let wire = DeltaWire::encode(type_url, response, cp, Some(recent));
         let bytes = wire.body_bytes();
         (wire, bytes)
     }
