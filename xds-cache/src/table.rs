@@ -33,7 +33,7 @@ struct Entry {
 }
 
 /// The resources of one type, by name, with a revision per change: the [`View`] every built-in
-/// cache lends its streams, and the building block of a custom one (see [`Tables`] to keep one
+/// cache lends its streams, and the building block of a custom one (see [`Tables`](crate::Tables) to keep one
 /// per key, with the streams that watch it).
 ///
 /// It keeps what the protocol core needs to send little: the revision that grows with each
