@@ -459,7 +459,7 @@ mod tests {
         assert!(changed(&t, t.revision() - 5).is_some());
     }
 
-    /// Finding 4 of issue 12: each delete searched `changes` from its oldest entry for the oldest
+    /// Each delete used to search `changes` from its oldest entry for the oldest
     /// deletion, walking past every live resource older than it (`scanned` counted those steps
     /// there): removing n resources cost O(n²), 24 million steps for 10,000. Now each deletion
     /// forgotten is one step.

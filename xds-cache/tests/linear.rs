@@ -166,8 +166,8 @@ fn s03_vhds_over_sotw_is_refused_by_a_linear_cache_too() {
 #[test]
 fn clients_of_a_linear_cache_share_what_they_hold() {
     // A thousand endpoint assignments, three delta clients subscribed to all of them and one
-    // SotW client: after their first responses none keeps state per resource (issue 14: a
-    // client costs its exceptions, not a handle per resource).
+    // SotW client: after their first responses none keeps state per resource (a client costs
+    // its exceptions, not a handle per resource: that is what lets one process hold 10,000s).
     let cache = LinearCache::of::<ClusterLoadAssignment>();
     let all: Vec<String> = (0..1_000).map(|i| format!("cluster-{i:04}")).collect();
     for name in &all {

@@ -1,6 +1,6 @@
 //! Streams follow their node when the grouping changes (`SnapshotCache::regroup`): a stream
 //! moved to another group gets what that group has and removals of what it lacks, without
-//! reconnecting (issue 12, finding 2).
+//! reconnecting (a proxy whose group changed must not keep serving the old group's routes).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 
 mod util;

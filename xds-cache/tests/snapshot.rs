@@ -499,7 +499,7 @@ fn d09_d10_virtual_hosts_are_found_by_alias() {
     );
 }
 
-/// Issue 12: a snapshot derived with `to_builder` from the one a group serves is applied by the
+/// A snapshot derived with `to_builder` from the one a group serves is applied by the
 /// names the builder touched (no walk over the others), with the same result as a full compare:
 /// the changed and removed names reach the stream, nothing else, and setting the same snapshot
 /// again changes nothing.

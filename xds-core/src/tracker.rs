@@ -911,7 +911,7 @@ mod tests {
         );
     }
 
-    /// Issue 14: a joining client that gets all of the view's set gets the set itself, which the
+    /// A joining client that gets all of the view's set gets the set itself, which the
     /// transport encodes once for every such client; anything less is a list.
     #[test]
     fn joiners_of_everything_are_sent_the_shared_set_whole() {

@@ -113,7 +113,7 @@ proptest! {
     fn delta_client_converges_to_the_servers_view(t in traits(), no_set in any::<bool>(), shared in any::<bool>(), ops in proptest::collection::vec(op(), 1..40)) {
         let mut view = MemView { no_set, ..MemView::default() };
         let mut s = DeltaSubStream::new(t);
-        // Issue 14: a response may carry the view's set whole; read as listed, it is the same.
+        // A response may carry the view's set whole; read as listed, it is the same.
         s.share_sets(shared);
         let mut n = Nonces::new();
         let mut client = BTreeMap::new();

@@ -22,7 +22,7 @@ use crate::stream::ResponseStream;
 use crate::wire::Framed;
 
 /// About how many bytes one chunk carries: a chunk ends after the part that crosses it.
-/// Measured against 64 and 256 KiB in a 300-client storm of 3 MB initial responses (issue 14,
+/// Measured against 64 and 256 KiB in a 300-client storm of 3 MB initial responses (see
 /// `docs/benchmarks.md`): no difference in server CPU beyond the noise (the bytes are copied once
 /// either way, and HTTP/2 cuts them into the client's frame size), so the smallest keeps what a
 /// stalled stream pins smallest.
@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(trailers.get("grpc-status").unwrap(), "0");
     }
 
-    /// Issue 14: a whole set's shared encoding goes out as slices of itself, not copied.
+    /// A whole set's shared encoding goes out as slices of itself, not copied.
     #[tokio::test]
     async fn a_shared_set_goes_out_as_slices_of_its_one_encoding() {
         let listed = response(3_000, "v1");

@@ -186,7 +186,8 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 }
 
 /// A new temporary file beside `name`: created exclusively (an existing file or symlink of that
-/// name is an error, never followed: finding 8), under a name unique to this process and write.
+/// name is an error, never followed, so that
+/// a symlink planted in the directory cannot redirect the write), under a name unique to this process and write.
 fn create_exclusive(dir: &Path, name: &str, mode: u32) -> io::Result<(PathBuf, std::fs::File)> {
     let mut last = None;
     for _ in 0..8 {

@@ -364,7 +364,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Incoming<S> {
                             | io::ErrorKind::Interrupted
                     ) => {}
                 // Out of file descriptors (EMFILE/ENFILE), out of memory, ...: the error repeats
-                // at once, so pause instead of spinning on a core (finding 7).
+                // at once, so pause instead of spinning on a core.
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(error = %e, pause = ?self.next_backoff, "accept failed; pausing");
                     self.backoff = Some(Box::pin(tokio::time::sleep(self.next_backoff)));
@@ -444,7 +444,8 @@ where
 }
 
 /// An accepted connection: closed with `TimedOut` if its first [`PREFACE_BYTES`] bytes do not
-/// arrive by the deadline (finding 7: idle connections that never speak are not kept).
+/// arrive by the deadline (connections that never speak
+/// would otherwise hold a file descriptor each, for free, until the limit).
 #[derive(Debug)]
 pub struct Conn<S> {
     inner: S,

@@ -76,7 +76,7 @@ pub struct EncodedSet {
 
 /// A set's encodings, made when a response carries the set whole and kept only while responses
 /// use them: in a storm every joining client of a view gets the same set, so it is encoded once
-/// for all of them, not once per client (issue 14: the copy and the framing were a third of the
+/// for all of them, not once per client (measured: the copy and the framing were a third of the
 /// storm's CPU). Held weakly, so that a set kept for a long time (a node group's view between
 /// its changes) does not keep a second copy of its resources once no response is being written
 /// from it and it is not among the few its server used last ([`RecentEncodings`]); the next
@@ -724,7 +724,7 @@ mod tests {
         }
     }
 
-    /// Issue 14: a set sent whole is encoded once, and reads as its resources listed one by one.
+    /// A set sent whole is encoded once, and reads as its resources listed one by one.
     #[test]
     fn a_shared_set_is_encoded_once_for_every_response_and_reads_as_its_list() {
         let set = ResourceSet::new((0..300).map(|i| cluster(&format!("c{i:03}"))).collect());

@@ -1,6 +1,6 @@
 //! Streams follow their node's group on the wire: when the group a connected node maps to
 //! appears or vanishes (`SnapshotCache::regroup`), its SotW and delta streams get the new group's
-//! resources and removals of the old group's, without reconnecting (issue 12, finding 2).
+//! resources and removals of the old group's, without reconnecting.
 
 mod util;
 

@@ -1,4 +1,4 @@
-//! Trust boundaries (issue 11), over the wire: each test sends the request that leaked or hurt
+//! Trust boundaries, over the wire: each test sends the request that leaked or hurt
 //! before, and shows it refused or bounded while a legitimate client keeps its updates.
 #![allow(clippy::unwrap_used)]
 
