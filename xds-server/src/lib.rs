@@ -76,8 +76,8 @@
 //! [`Cache`]: xds_cache::Cache
 
 pub mod authz;
-mod body;
 mod callbacks;
+mod codec;
 mod config;
 mod csds;
 mod fetch;
@@ -86,16 +86,15 @@ pub mod hds;
 pub mod lrs;
 mod metrics;
 mod reporter;
-mod requests;
 mod rest;
 mod server;
 mod status;
 mod stream;
 pub mod transport;
-mod wire;
 
 pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
+pub use codec::{DeltaWire, EncodedSet, SotwWire};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
@@ -103,7 +102,6 @@ pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use status::{
     MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamStatus, TypeStatus,
 };
-pub use wire::{DeltaWire, EncodedSet, SotwWire};
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).
 pub use xds_proto as proto;

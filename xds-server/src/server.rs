@@ -15,17 +15,17 @@ use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
 
 use crate::authz::{Access, AllowAll, Authorizer, Entry, Peer, UnauthenticatedSecrets};
-use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
+use crate::codec::SotwWire;
+use crate::codec::body::StreamBody;
+use crate::codec::decode::Requests;
 use crate::config::ServerConfig;
 use crate::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
-use crate::requests::Requests;
 use crate::status::StatusRegistry;
 use crate::stream::{self, Delta, Sotw};
-use crate::wire::SotwWire;
 
 /// What every stream of a server shares.
 pub(crate) struct Shared {
@@ -48,8 +48,8 @@ pub(crate) struct Shared {
     pub(crate) custom_labels: Vec<(String, &'static str)>,
     pub(crate) lrs: LoadReportingServer,
     pub(crate) hds: Option<HealthDiscoveryServer>,
-    /// The whole-set encodings this server used last (see `wire::RecentEncodings`).
-    pub(crate) encodings: crate::wire::RecentEncodings,
+    /// The whole-set encodings this server used last (see `codec::RecentEncodings`).
+    pub(crate) encodings: crate::codec::RecentEncodings,
 }
 
 impl Shared {

@@ -42,7 +42,7 @@ use tokio::time::sleep_until;
 use futures_util::Stream;
 use tonic::Status;
 
-use crate::requests::Requests;
+use crate::codec::decode::Requests;
 use tracing::Instrument;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
 use xds_core::{self as proto, View};
@@ -158,7 +158,7 @@ pub(crate) fn open<P: Protocol>(
         max_requests_per_second: limits.max_requests_per_second,
         request_burst: limits.request_burst,
         max_subscribed_names: limits.max_subscribed_names,
-        // The wire encodes a whole set once for every client it goes to (`wire::SetEncoding`).
+        // The wire encodes a whole set once for every client it goes to (`codec::encodings`).
         shared_sets: true,
     };
     let now = Instant::now();

@@ -12,9 +12,9 @@ use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
-use crate::requests::{Incoming, Malformed, SotwIncoming};
+use crate::codec::decode::{Incoming, Malformed, SotwIncoming};
+use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
 use crate::status::{TypeStatus, lock};
-use crate::wire::{DeltaWire, Framed, RecentEncodings, SotwWire};
 
 /// One protocol variant as the server speaks it: its wire messages and the core variant.
 pub(crate) trait Protocol: Send + 'static {

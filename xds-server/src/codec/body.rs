@@ -18,8 +18,9 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use tonic::Status;
 
+use super::Framed;
+use super::frame::{self, HEADER};
 use crate::stream::ResponseStream;
-use crate::wire::Framed;
 
 /// About how many bytes one chunk carries: a chunk ends after the part that crosses it.
 /// Measured against 64 and 256 KiB in a 300-client storm of 3 MB initial responses (see
@@ -27,9 +28,6 @@ use crate::wire::Framed;
 /// either way, and HTTP/2 cuts them into the client's frame size), so the smallest keeps what a
 /// stalled stream pins smallest.
 pub(crate) const CHUNK: usize = 16 * 1024;
-
-/// The gRPC length-prefixed frame header: a compression flag and a big-endian length.
-const HEADER: usize = 5;
 
 /// A message's shared bytes ([`Framed::shared`]) go out as slices of themselves, without a
 /// copy, at most this many bytes at a time; their first and last [`CHUNK`] are copied into
@@ -103,9 +101,9 @@ impl<W: Framed> Writing<W> {
         let mut buf = BytesMut::new();
         if let Next::Head = self.next {
             buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
-            buf.put_u8(0);
             // `start` checked that the length fits.
-            buf.put_u32(u32::try_from(self.remaining - HEADER).unwrap_or(u32::MAX));
+            let len = u32::try_from(self.remaining - HEADER).unwrap_or(u32::MAX);
+            buf.put_slice(&frame::header(len));
             self.message.put_head(&mut buf);
             self.next = Next::Shared(0);
         }
@@ -212,7 +210,7 @@ mod tests {
     use xds_proto::pb::envoy::service::discovery::v3::DiscoveryResponse;
     use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
-    use crate::wire::SotwWire;
+    use crate::codec::SotwWire;
 
     fn response(n: usize, version: &str) -> SotwWire {
         let resources = (0..n)

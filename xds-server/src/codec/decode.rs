@@ -27,8 +27,7 @@ use tonic::Status;
 use xds_core::NamesDigest;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
-/// The gRPC length-prefixed frame header: a compression flag and a big-endian length.
-const HEADER: usize = 5;
+use super::frame::{self, HEADER};
 
 /// A request message as a stream reads it off the wire.
 pub(crate) trait Incoming: Sized {
@@ -206,12 +205,12 @@ impl<T: Incoming> Requests<T> {
 
     /// Decodes the first message of `buf` if all of it is there.
     fn decode(&mut self) -> Result<Option<T>, Status> {
-        let Some(header) = self.buf.get(..HEADER) else { return Ok(None) };
-        if header[0] != 0 {
+        let Some(&header) = self.buf.first_chunk::<HEADER>() else { return Ok(None) };
+        let (compressed, len) = frame::parse(header);
+        if compressed {
             // Compressed requests were refused when the stream opened (`grpc-encoding`).
             return Err(Status::internal("a compressed request without a grpc-encoding"));
         }
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         if len > self.max {
             return Err(Status::out_of_range(format!(
                 "decoded message length too large: found {len} bytes, the limit is: {} bytes",

@@ -5,15 +5,21 @@
 //! once: sending the same resources to N clients costs N copies of bytes, never N protobuf
 //! encodes. They are meant to be encoded only: decoding one skips every field (the server never
 //! reads a response; decode a `DiscoveryResponse` instead).
+//!
+//! Whether a response carries a whole shared set or a list is decided here, once, when the
+//! core's response becomes a wire message: a set that cannot be written whole (another memo on
+//! it, or names the client spelled otherwise) goes as a list.
 
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::collections::BTreeMap;
 
-use xds_core::{DeltaResource, DeltaResponse, ResourceError, ResourceSet, SotwResponse};
+use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
 use xds_proto::{EncodedResource, TypeUrl};
+
+use super::encode::*;
+use super::encodings::{RecentEncodings, SetVariant, encoded_set};
 
 /// A `DiscoveryResponse` over encoded resources.
 #[derive(Debug, Default)]
@@ -65,147 +71,13 @@ pub struct DeltaWire {
 }
 
 /// The entries of a whole [`ResourceSet`] as they go on the wire: the same bytes for every
-/// client that gets the set, written without a copy (`crate::body`).
+/// client that gets the set, written without a copy (`codec::body`).
 #[derive(Clone, Debug)]
 pub struct EncodedSet {
     /// The entries, each with its field key and length.
     pub bytes: Bytes,
     /// The resource bodies they carry, in bytes (for metrics).
     pub body_bytes: usize,
-}
-
-/// A set's encodings, made when a response carries the set whole and kept only while responses
-/// use them: in a storm every joining client of a view gets the same set, so it is encoded once
-/// for all of them, not once per client (measured: the copy and the framing were a third of the
-/// storm's CPU). Held weakly, so that a set kept for a long time (a node group's view between
-/// its changes) does not keep a second copy of its resources once no response is being written
-/// from it and it is not among the few its server used last ([`RecentEncodings`]); the next
-/// joiner encodes it again.
-#[derive(Default)]
-pub(crate) struct SetEncoding {
-    sotw: Mutex<Weak<Encoded>>,
-    delta: Mutex<Weak<Encoded>>,
-}
-
-/// The encoded entries of one set: what every [`EncodedSet`] made from it shares.
-struct Encoded {
-    entries: Vec<u8>,
-    /// The resource bodies among them, in bytes.
-    body_bytes: usize,
-}
-
-/// A handle that keeps an [`Encoded`] alive for as long as bytes made from it are.
-struct Owner(Arc<Encoded>);
-
-impl AsRef<[u8]> for Owner {
-    fn as_ref(&self) -> &[u8] {
-        &self.0.entries
-    }
-}
-
-/// Which response's entries.
-#[derive(Clone, Copy)]
-enum Variant {
-    Sotw,
-    Delta,
-}
-
-/// `set`'s entries for `variant`, shared with every response being written from the same set;
-/// `None` if the set keeps a memo of another type.
-///
-/// The encoding is made with no lock held: streams that find none at once each make their own
-/// (the same bytes), rather than park their runtime threads while one does.
-fn encoded_set(
-    set: &ResourceSet<EncodedResource>,
-    variant: Variant,
-    recent: Option<&RecentEncodings>,
-) -> Option<EncodedSet> {
-    let memo = set.memo::<SetEncoding>()?;
-    let cell = match variant {
-        Variant::Sotw => &memo.sotw,
-        Variant::Delta => &memo.delta,
-    };
-    let lock = || cell.lock().unwrap_or_else(PoisonError::into_inner);
-    let kept = lock().upgrade();
-    let encoded = match kept {
-        Some(encoded) => encoded,
-        None => {
-            let encoded = Arc::new(encode_set(set, variant));
-            let mut kept = lock();
-            match kept.upgrade() {
-                Some(theirs) => theirs,
-                None => {
-                    *kept = Arc::downgrade(&encoded);
-                    encoded
-                }
-            }
-        }
-    };
-    if let Some(recent) = recent {
-        recent.keep(&encoded);
-    }
-    let body_bytes = encoded.body_bytes;
-    Some(EncodedSet { bytes: Bytes::from_owner(Owner(encoded)), body_bytes })
-}
-
-/// How many of the set encodings a server used last are kept alive beyond their responses.
-const RECENT: usize = 8;
-
-/// How many bytes of encodings [`RECENT`] may keep at most (the newest is kept whatever its size).
-const RECENT_BYTES: usize = 64 << 20;
-
-/// The set encodings one server used last, newest first, kept alive so that joiners of one view
-/// in a storm, who come one after another through the join gate, reuse one encoding instead of
-/// each making it again in the moment between two of them when no response holds it (measured:
-/// that gap made the 1,000-client storm cost a third more CPU). Bounded by count and bytes, so
-/// that views of many node groups never keep more than this between them beyond what is being
-/// written. Owned by the server: servers in one process (tests, a process serving two meshes)
-/// neither share nor evict each other's.
-#[derive(Default)]
-pub(crate) struct RecentEncodings(Mutex<VecDeque<Arc<Encoded>>>);
-
-impl RecentEncodings {
-    /// Marks `encoded` as used now, and lets go of what falls out.
-    fn keep(&self, encoded: &Arc<Encoded>) {
-        let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if recent.front().is_some_and(|e| Arc::ptr_eq(e, encoded)) {
-            return;
-        }
-        recent.retain(|e| !Arc::ptr_eq(e, encoded));
-        recent.push_front(encoded.clone());
-        let mut bytes = 0;
-        let mut keep = 0;
-        for e in recent.iter() {
-            bytes += e.entries.len();
-            if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
-                break;
-            }
-            keep += 1;
-        }
-        // Dropped after the lock: freeing megabytes need not hold up other streams.
-        let dropped: Vec<_> = recent.drain(keep..).collect();
-        drop(recent);
-        drop(dropped);
-    }
-}
-
-/// Every entry of `set`, as `variant`'s responses write them, in one buffer of the exact size.
-fn encode_set(set: &ResourceSet<EncodedResource>, variant: Variant) -> Encoded {
-    let none = BTreeMap::new();
-    let entry =
-        |r: &EncodedResource| DeltaResource::Present { resource: r.clone(), aliases: vec![] };
-    let len = |r: &EncodedResource| match variant {
-        Variant::Sotw => len_delimited(2, sotw_any_len(r, false)),
-        Variant::Delta => len_delimited(2, delta_resource_len(&entry(r), false, &none)),
-    };
-    let mut buf = Vec::with_capacity(set.iter().map(len).sum());
-    for r in set.iter() {
-        match variant {
-            Variant::Sotw => put_sotw_any(r, false, &mut buf),
-            Variant::Delta => put_delta_resource(&entry(r), false, &none, &mut buf),
-        }
-    }
-    Encoded { entries: buf, body_bytes: set.iter().map(|r| r.value().len()).sum() }
 }
 
 impl SotwWire {
@@ -221,7 +93,7 @@ impl SotwWire {
         cp: Option<&str>,
         recent: Option<&RecentEncodings>,
     ) -> Self {
-        let shared = r.shared.as_ref().and_then(|set| encoded_set(set, Variant::Sotw, recent));
+        let shared = r.shared.as_ref().and_then(|set| encoded_set(set, SetVariant::Sotw, recent));
         // A set that cannot be encoded whole goes entry by entry.
         let r = if shared.is_none() { r.into_listed() } else { r };
         SotwWire {
@@ -262,7 +134,7 @@ impl DeltaWire {
             .shared
             .as_ref()
             .filter(|_| r.spellings.is_empty())
-            .and_then(|set| encoded_set(set, Variant::Delta, recent));
+            .and_then(|set| encoded_set(set, SetVariant::Delta, recent));
         let r = if shared.is_none() { r.into_listed() } else { r };
         DeltaWire {
             system_version_info: r.system_version_info,
@@ -291,7 +163,7 @@ impl DeltaWire {
 
 /// A response written in pieces: a head, `parts()` parts, a tail. The streaming body writes a
 /// large response a few parts at a time as the client's flow-control window opens, so no stream
-/// holds a buffer the size of its largest response (see `crate::body`).
+/// holds a buffer the size of its largest response (see `codec::body`).
 pub(crate) trait Framed: Message + Send + 'static {
     /// The fields before the parts.
     fn put_head(&self, buf: &mut impl BufMut);
@@ -315,213 +187,6 @@ pub(crate) trait Framed: Message + Send + 'static {
             self.put_part(i, buf);
         }
         self.put_tail(buf);
-    }
-}
-
-/// The encoded length of a string field, as `encoding::string::encoded_len` computes it but
-/// without the `&String` that function takes (a copy per resource per client on the write path).
-fn string_len(tag: u32, s: &str) -> usize {
-    if s.is_empty() { 0 } else { len_delimited(tag, s.len()) }
-}
-
-fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
-    if !s.is_empty() {
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(s.len() as u64, buf);
-        buf.put_slice(s.as_bytes());
-    }
-}
-
-fn put_bytes_field(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(bytes.len() as u64, buf);
-    buf.put_slice(bytes);
-}
-
-fn len_delimited(tag: u32, body_len: usize) -> usize {
-    encoding::key_len(tag) + encoding::encoded_len_varint(body_len as u64) + body_len
-}
-
-/// The length of `Any { type_url, value }`.
-fn any_len(r: &EncodedResource) -> usize {
-    string_len(1, r.type_url().as_str()) + len_delimited(2, r.value().len())
-}
-
-fn put_any(tag: u32, r: &EncodedResource, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(any_len(r) as u64, buf);
-    put_string(1, r.type_url().as_str(), buf);
-    put_bytes_field(2, r.value(), buf);
-}
-
-/// The type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources
-/// with a TTL.
-fn wrapper_type_url() -> &'static str {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    URL.get_or_init(
-        <xds_proto::pb::envoy::service::discovery::v3::Resource as prost::Name>::type_url,
-    )
-}
-
-/// The body length of a `Resource` wrapper: name, version, the resource unless a heartbeat, TTL.
-fn wrapper_len(r: &EncodedResource, ttl: std::time::Duration, heartbeat: bool) -> usize {
-    string_len(1, r.version())
-        + (if heartbeat { 0 } else { len_delimited(2, any_len(r)) })
-        + string_len(3, r.name())
-        + len_delimited(6, duration_len(ttl))
-}
-
-fn put_wrapper(
-    r: &EncodedResource,
-    ttl: std::time::Duration,
-    heartbeat: bool,
-    buf: &mut impl BufMut,
-) {
-    put_string(1, r.version(), buf);
-    if !heartbeat {
-        put_any(2, r, buf);
-    }
-    put_string(3, r.name(), buf);
-    put_duration(6, ttl, buf);
-}
-
-/// The length of one SotW entry's `Any`: the resource, or a `Resource` wrapper when it has a TTL.
-fn sotw_any_len(r: &EncodedResource, heartbeat: bool) -> usize {
-    match r.ttl() {
-        None => any_len(r),
-        Some(ttl) => {
-            string_len(1, wrapper_type_url()) + len_delimited(2, wrapper_len(r, ttl, heartbeat))
-        }
-    }
-}
-
-fn put_sotw_any(r: &EncodedResource, heartbeat: bool, buf: &mut impl BufMut) {
-    let Some(ttl) = r.ttl() else { return put_any(2, r, buf) };
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(sotw_any_len(r, heartbeat) as u64, buf);
-    put_string(1, wrapper_type_url(), buf);
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(wrapper_len(r, ttl, heartbeat) as u64, buf);
-    put_wrapper(r, ttl, heartbeat, buf);
-}
-
-fn control_plane_len(tag: u32, cp: &Option<String>) -> usize {
-    cp.as_deref().map_or(0, |id| len_delimited(tag, string_len(1, id)))
-}
-
-fn put_control_plane(tag: u32, cp: &Option<String>, buf: &mut impl BufMut) {
-    if let Some(id) = cp {
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(string_len(1, id) as u64, buf);
-        put_string(1, id, buf);
-    }
-}
-
-/// The body of `ResourceError { resource_name: ResourceName { name = 1 } = 1,
-/// error_detail: google.rpc.Status { code = 1, message = 2 } = 2 }`.
-fn resource_error_len(e: &ResourceError) -> (usize, usize, usize) {
-    let name = string_len(1, &e.name);
-    let code = if e.error.code == 0 { 0 } else { encoding::int32::encoded_len(1, &e.error.code) };
-    let status = code + string_len(2, &e.error.message);
-    (name, status, len_delimited(1, name) + len_delimited(2, status))
-}
-
-fn resource_errors_len(tag: u32, errors: &[ResourceError]) -> usize {
-    errors.iter().map(|e| len_delimited(tag, resource_error_len(e).2)).sum()
-}
-
-fn put_resource_errors(tag: u32, errors: &[ResourceError], buf: &mut impl BufMut) {
-    for e in errors {
-        let (name, status, body) = resource_error_len(e);
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(body as u64, buf);
-        encoding::encode_key(1, WireType::LengthDelimited, buf);
-        encoding::encode_varint(name as u64, buf);
-        put_string(1, &e.name, buf);
-        encoding::encode_key(2, WireType::LengthDelimited, buf);
-        encoding::encode_varint(status as u64, buf);
-        if e.error.code != 0 {
-            encoding::int32::encode(1, &e.error.code, buf);
-        }
-        put_string(2, &e.error.message, buf);
-    }
-}
-
-/// `Duration { seconds = 1, nanos = 2 }` of a TTL.
-fn duration_len(d: std::time::Duration) -> usize {
-    let secs = d.as_secs();
-    let nanos = d.subsec_nanos();
-    (if secs > 0 { 1 + encoding::encoded_len_varint(secs) } else { 0 })
-        + (if nanos > 0 { 1 + encoding::encoded_len_varint(u64::from(nanos)) } else { 0 })
-}
-
-fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(duration_len(d) as u64, buf);
-    if d.as_secs() > 0 {
-        encoding::encode_key(1, WireType::Varint, buf);
-        encoding::encode_varint(d.as_secs(), buf);
-    }
-    if d.subsec_nanos() > 0 {
-        encoding::encode_key(2, WireType::Varint, buf);
-        encoding::encode_varint(u64::from(d.subsec_nanos()), buf);
-    }
-}
-
-/// The name a client knows `name` by (rule C1).
-fn spelled<'a>(spellings: &'a BTreeMap<String, String>, name: &'a str) -> &'a str {
-    spellings.get(name).map_or(name, String::as_str)
-}
-
-/// The body length of one delta `Resource` message.
-fn delta_resource_len(
-    e: &DeltaResource<EncodedResource>,
-    heartbeat: bool,
-    spellings: &BTreeMap<String, String>,
-) -> usize {
-    match e {
-        DeltaResource::Present { resource, aliases } => {
-            string_len(1, resource.version())
-                + (if heartbeat { 0 } else { len_delimited(2, any_len(resource)) })
-                + string_len(3, spelled(spellings, resource.name()))
-                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
-                + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
-        }
-        DeltaResource::Absent { name, aliases } => {
-            string_len(3, spelled(spellings, name))
-                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
-        }
-    }
-}
-
-fn put_delta_resource(
-    e: &DeltaResource<EncodedResource>,
-    heartbeat: bool,
-    spellings: &BTreeMap<String, String>,
-    buf: &mut impl BufMut,
-) {
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(delta_resource_len(e, heartbeat, spellings) as u64, buf);
-    match e {
-        DeltaResource::Present { resource, aliases } => {
-            put_string(1, resource.version(), buf);
-            if !heartbeat {
-                put_any(2, resource, buf);
-            }
-            put_string(3, spelled(spellings, resource.name()), buf);
-            for a in aliases {
-                put_bytes_field(4, a.as_bytes(), buf);
-            }
-            if let Some(ttl) = resource.ttl() {
-                put_duration(6, ttl, buf);
-            }
-        }
-        DeltaResource::Absent { name, aliases } => {
-            put_string(3, spelled(spellings, name), buf);
-            for a in aliases {
-                put_bytes_field(4, a.as_bytes(), buf);
-            }
-        }
     }
 }
 
@@ -657,8 +322,10 @@ impl Message for DeltaWire {
 
 #[cfg(test)]
 mod tests {
+    use super::super::encodings::{RECENT, SetEncoding};
     use super::*;
     use std::time::Duration;
+    use xds_core::ResourceSet;
     use xds_proto::pb::envoy::config::cluster::v3::Cluster;
     use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
 
@@ -761,7 +428,7 @@ mod tests {
         let others: Vec<_> =
             (0..RECENT).map(|i| ResourceSet::new(vec![cluster(&format!("other-{i}"))])).collect();
         let wires: Vec<_> =
-            others.iter().map(|o| encoded_set(o, Variant::Sotw, Some(&recent))).collect();
+            others.iter().map(|o| encoded_set(o, SetVariant::Sotw, Some(&recent))).collect();
         assert!(!kept(&set), "released once it is neither used nor recent");
         drop(wires);
         // Another server's encodings are its own: nothing here keeps them once they are used.

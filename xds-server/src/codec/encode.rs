@@ -1,0 +1,216 @@
+//! The protobuf field writers of the response messages: lengths and bytes of each field,
+//! written from encoded resources without decoding or re-encoding them.
+
+use std::collections::BTreeMap;
+
+use bytes::BufMut;
+use prost::encoding::{self, WireType};
+use xds_core::{DeltaResource, ResourceError};
+use xds_proto::EncodedResource;
+
+/// The encoded length of a string field, as `encoding::string::encoded_len` computes it but
+/// without the `&String` that function takes (a copy per resource per client on the write path).
+pub(super) fn string_len(tag: u32, s: &str) -> usize {
+    if s.is_empty() { 0 } else { len_delimited(tag, s.len()) }
+}
+
+pub(super) fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
+    if !s.is_empty() {
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(s.len() as u64, buf);
+        buf.put_slice(s.as_bytes());
+    }
+}
+
+pub(super) fn put_bytes_field(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(bytes.len() as u64, buf);
+    buf.put_slice(bytes);
+}
+
+pub(super) fn len_delimited(tag: u32, body_len: usize) -> usize {
+    encoding::key_len(tag) + encoding::encoded_len_varint(body_len as u64) + body_len
+}
+
+/// The length of `Any { type_url, value }`.
+pub(super) fn any_len(r: &EncodedResource) -> usize {
+    string_len(1, r.type_url().as_str()) + len_delimited(2, r.value().len())
+}
+
+pub(super) fn put_any(tag: u32, r: &EncodedResource, buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(any_len(r) as u64, buf);
+    put_string(1, r.type_url().as_str(), buf);
+    put_bytes_field(2, r.value(), buf);
+}
+
+/// The type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources
+/// with a TTL.
+pub(super) fn wrapper_type_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(
+        <xds_proto::pb::envoy::service::discovery::v3::Resource as prost::Name>::type_url,
+    )
+}
+
+/// The body length of a `Resource` wrapper: name, version, the resource unless a heartbeat, TTL.
+pub(super) fn wrapper_len(r: &EncodedResource, ttl: std::time::Duration, heartbeat: bool) -> usize {
+    string_len(1, r.version())
+        + (if heartbeat { 0 } else { len_delimited(2, any_len(r)) })
+        + string_len(3, r.name())
+        + len_delimited(6, duration_len(ttl))
+}
+
+pub(super) fn put_wrapper(
+    r: &EncodedResource,
+    ttl: std::time::Duration,
+    heartbeat: bool,
+    buf: &mut impl BufMut,
+) {
+    put_string(1, r.version(), buf);
+    if !heartbeat {
+        put_any(2, r, buf);
+    }
+    put_string(3, r.name(), buf);
+    put_duration(6, ttl, buf);
+}
+
+/// The length of one SotW entry's `Any`: the resource, or a `Resource` wrapper when it has a TTL.
+pub(super) fn sotw_any_len(r: &EncodedResource, heartbeat: bool) -> usize {
+    match r.ttl() {
+        None => any_len(r),
+        Some(ttl) => {
+            string_len(1, wrapper_type_url()) + len_delimited(2, wrapper_len(r, ttl, heartbeat))
+        }
+    }
+}
+
+pub(super) fn put_sotw_any(r: &EncodedResource, heartbeat: bool, buf: &mut impl BufMut) {
+    let Some(ttl) = r.ttl() else { return put_any(2, r, buf) };
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(sotw_any_len(r, heartbeat) as u64, buf);
+    put_string(1, wrapper_type_url(), buf);
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(wrapper_len(r, ttl, heartbeat) as u64, buf);
+    put_wrapper(r, ttl, heartbeat, buf);
+}
+
+pub(super) fn control_plane_len(tag: u32, cp: &Option<String>) -> usize {
+    cp.as_deref().map_or(0, |id| len_delimited(tag, string_len(1, id)))
+}
+
+pub(super) fn put_control_plane(tag: u32, cp: &Option<String>, buf: &mut impl BufMut) {
+    if let Some(id) = cp {
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(string_len(1, id) as u64, buf);
+        put_string(1, id, buf);
+    }
+}
+
+/// The body of `ResourceError { resource_name: ResourceName { name = 1 } = 1,
+/// error_detail: google.rpc.Status { code = 1, message = 2 } = 2 }`.
+pub(super) fn resource_error_len(e: &ResourceError) -> (usize, usize, usize) {
+    let name = string_len(1, &e.name);
+    let code = if e.error.code == 0 { 0 } else { encoding::int32::encoded_len(1, &e.error.code) };
+    let status = code + string_len(2, &e.error.message);
+    (name, status, len_delimited(1, name) + len_delimited(2, status))
+}
+
+pub(super) fn resource_errors_len(tag: u32, errors: &[ResourceError]) -> usize {
+    errors.iter().map(|e| len_delimited(tag, resource_error_len(e).2)).sum()
+}
+
+pub(super) fn put_resource_errors(tag: u32, errors: &[ResourceError], buf: &mut impl BufMut) {
+    for e in errors {
+        let (name, status, body) = resource_error_len(e);
+        encoding::encode_key(tag, WireType::LengthDelimited, buf);
+        encoding::encode_varint(body as u64, buf);
+        encoding::encode_key(1, WireType::LengthDelimited, buf);
+        encoding::encode_varint(name as u64, buf);
+        put_string(1, &e.name, buf);
+        encoding::encode_key(2, WireType::LengthDelimited, buf);
+        encoding::encode_varint(status as u64, buf);
+        if e.error.code != 0 {
+            encoding::int32::encode(1, &e.error.code, buf);
+        }
+        put_string(2, &e.error.message, buf);
+    }
+}
+
+/// `Duration { seconds = 1, nanos = 2 }` of a TTL.
+pub(super) fn duration_len(d: std::time::Duration) -> usize {
+    let secs = d.as_secs();
+    let nanos = d.subsec_nanos();
+    (if secs > 0 { 1 + encoding::encoded_len_varint(secs) } else { 0 })
+        + (if nanos > 0 { 1 + encoding::encoded_len_varint(u64::from(nanos)) } else { 0 })
+}
+
+pub(super) fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(duration_len(d) as u64, buf);
+    if d.as_secs() > 0 {
+        encoding::encode_key(1, WireType::Varint, buf);
+        encoding::encode_varint(d.as_secs(), buf);
+    }
+    if d.subsec_nanos() > 0 {
+        encoding::encode_key(2, WireType::Varint, buf);
+        encoding::encode_varint(u64::from(d.subsec_nanos()), buf);
+    }
+}
+
+/// The name a client knows `name` by (rule C1).
+pub(super) fn spelled<'a>(spellings: &'a BTreeMap<String, String>, name: &'a str) -> &'a str {
+    spellings.get(name).map_or(name, String::as_str)
+}
+
+/// The body length of one delta `Resource` message.
+pub(super) fn delta_resource_len(
+    e: &DeltaResource<EncodedResource>,
+    heartbeat: bool,
+    spellings: &BTreeMap<String, String>,
+) -> usize {
+    match e {
+        DeltaResource::Present { resource, aliases } => {
+            string_len(1, resource.version())
+                + (if heartbeat { 0 } else { len_delimited(2, any_len(resource)) })
+                + string_len(3, spelled(spellings, resource.name()))
+                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+                + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
+        }
+        DeltaResource::Absent { name, aliases } => {
+            string_len(3, spelled(spellings, name))
+                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+        }
+    }
+}
+
+pub(super) fn put_delta_resource(
+    e: &DeltaResource<EncodedResource>,
+    heartbeat: bool,
+    spellings: &BTreeMap<String, String>,
+    buf: &mut impl BufMut,
+) {
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(delta_resource_len(e, heartbeat, spellings) as u64, buf);
+    match e {
+        DeltaResource::Present { resource, aliases } => {
+            put_string(1, resource.version(), buf);
+            if !heartbeat {
+                put_any(2, resource, buf);
+            }
+            put_string(3, spelled(spellings, resource.name()), buf);
+            for a in aliases {
+                put_bytes_field(4, a.as_bytes(), buf);
+            }
+            if let Some(ttl) = resource.ttl() {
+                put_duration(6, ttl, buf);
+            }
+        }
+        DeltaResource::Absent { name, aliases } => {
+            put_string(3, spelled(spellings, name), buf);
+            for a in aliases {
+                put_bytes_field(4, a.as_bytes(), buf);
+            }
+        }
+    }
+}
