@@ -25,7 +25,7 @@ use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
 use crate::status::StatusRegistry;
-use crate::stream::{self, Delta, Sotw};
+use crate::stream;
 
 /// What every stream of a server shares.
 pub(crate) struct Shared {
@@ -502,8 +502,8 @@ impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
         let kind = self.kind;
         Box::pin(async move {
             Ok(match kind {
-                MethodKind::Sotw(fixed) => serve_stream::<Sotw>(shared, fixed, request),
-                MethodKind::Delta(fixed) => serve_stream::<Delta>(shared, fixed, request),
+                MethodKind::Sotw(fixed) => serve_stream::<xds_core::Sotw>(shared, fixed, request),
+                MethodKind::Delta(fixed) => serve_stream::<xds_core::Delta>(shared, fixed, request),
                 MethodKind::Fetch(t) => {
                     let max = Some(shared.config.limits.max_request_bytes);
                     let mut grpc = Grpc::new(tonic_prost::ProstCodec::default())
@@ -519,7 +519,7 @@ impl tower::Service<http::Request<axum::body::Body>> for GrpcMethod {
 /// into a buffer per message that it lets go of; the responses go out through [`StreamBody`],
 /// which writes each response a chunk at a time from the cached bytes instead of encoding it
 /// whole into a buffer the stream keeps.
-fn serve_stream<P: stream::Protocol>(
+fn serve_stream<P: stream::WireProtocol>(
     shared: Arc<Shared>,
     fixed: Option<ResourceType>,
     request: http::Request<axum::body::Body>,

@@ -45,12 +45,12 @@ use tonic::Status;
 use crate::codec::decode::Requests;
 use tracing::Instrument;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
-use xds_core::{self as proto, View};
+use xds_core::View;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{EncodedResource, ResourceType, TypeUrl};
 
 use super::gate::{Join, Lane};
-use super::protocol::{CoreStream, Protocol, fill_status};
+use super::protocol::{CoreStream, WireProtocol, fill_status};
 use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
@@ -66,9 +66,9 @@ pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>>
 /// A stream's protocol state, readable by status queries. Behind a mutex (uncontended: only this
 /// stream and status queries take it) so that status pages read what each client holds when
 /// asked, rather than the stream copying it after every response. No user code runs under it.
-struct Shareable<P: Protocol>(Mutex<CoreStream<P>>);
+struct Shareable<P: WireProtocol>(Mutex<CoreStream<P>>);
 
-impl<P: Protocol> Detail for Shareable<P> {
+impl<P: WireProtocol> Detail for Shareable<P> {
     fn fill(&self, status: &mut StreamStatus) {
         for (t, sub) in lock(&self.0).sub_streams() {
             fill_status(sub, status.types.entry(t.to_string()).or_default());
@@ -85,7 +85,7 @@ struct Watches {
     unready: std::collections::BTreeSet<TypeUrl>,
 }
 
-impl proto::Views<TypeUrl> for Watches {
+impl xds_core::Views<TypeUrl> for Watches {
     type Resource = EncodedResource;
 
     fn read(
@@ -107,7 +107,7 @@ impl proto::Views<TypeUrl> for Watches {
     }
 }
 
-struct Driver<P: Protocol> {
+struct Driver<P: WireProtocol> {
     shared: Arc<Shared>,
     info: StreamInfo,
     /// Who is on the other end, for the authorization point.
@@ -115,7 +115,7 @@ struct Driver<P: Protocol> {
     core: Arc<Shareable<P>>,
     watches: Watches,
     signal: Arc<Signal>,
-    requests: Requests<P::Request>,
+    requests: Requests<P::WireRequest>,
     /// Responses to write, each with whether it carries resources: at most one per type per wake
     /// (the core keeps one in flight per type).
     outbox: VecDeque<(P::Wire, bool)>,
@@ -131,10 +131,10 @@ struct Driver<P: Protocol> {
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
-pub(crate) fn open<P: Protocol>(
+pub(crate) fn open<P: WireProtocol>(
     shared: Arc<Shared>,
     fixed: Option<ResourceType>,
-    request: tonic::Request<Requests<P::Request>>,
+    request: tonic::Request<Requests<P::WireRequest>>,
 ) -> Result<ResponseStream<P::Wire>, Status> {
     if shared.shutdown.is_cancelled() {
         return Err(Status::unavailable("the server is shutting down"));
@@ -152,7 +152,7 @@ pub(crate) fn open<P: Protocol>(
         group: None,
     };
     let limits = &shared.config.limits;
-    let config = proto::StreamConfig {
+    let config = xds_core::StreamConfig {
         allow_anonymous: shared.config.allow_anonymous,
         max_names_per_request: limits.max_names_per_request,
         max_requests_per_second: limits.max_requests_per_second,
@@ -209,7 +209,7 @@ pub(crate) fn open<P: Protocol>(
     })))
 }
 
-impl<P: Protocol> Driver<P> {
+impl<P: WireProtocol> Driver<P> {
     async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
         loop {
             if let Some(&(_, resources)) = self.outbox.front() {
@@ -333,7 +333,7 @@ impl<P: Protocol> Driver<P> {
     /// One request: the core admits it, the server's policy (callbacks, authorization) may
     /// refuse it, a new type gets its watch, and the core takes it in. No lock is held while
     /// user code (callbacks, policy, cache) runs.
-    fn on_request(&mut self, mut request: P::Request) -> Result<(), Status> {
+    fn on_request(&mut self, mut request: P::WireRequest) -> Result<(), Status> {
         let names = P::name_count(&request);
         let (node, type_url) = P::header(&mut request);
         if let Some(Err(message)) = node.as_ref().map(|n| self.shared.config.limits.check_node(n)) {
@@ -379,11 +379,11 @@ impl<P: Protocol> Driver<P> {
     }
 
     /// The status a request the core refused ends the stream with.
-    fn refuse(&self, error: &proto::StreamError) -> Status {
+    fn refuse(&self, error: &xds_core::StreamError) -> Status {
         let (label, status): (_, fn(String) -> Status) = match error {
-            proto::StreamError::RateLimited { .. } => ("rate_limit", Status::resource_exhausted),
-            proto::StreamError::TooManyNames { .. } => ("max_names", Status::invalid_argument),
-            proto::StreamError::TooManySubscribed { .. } => {
+            xds_core::StreamError::RateLimited { .. } => ("rate_limit", Status::resource_exhausted),
+            xds_core::StreamError::TooManyNames { .. } => ("max_names", Status::invalid_argument),
+            xds_core::StreamError::TooManySubscribed { .. } => {
                 ("max_subscribed_names", Status::resource_exhausted)
             }
             _ => ("invalid_request", Status::invalid_argument),
@@ -517,13 +517,13 @@ impl<P: Protocol> Driver<P> {
         if events.is_empty() {
             return;
         }
-        if events.iter().any(|e| matches!(e, proto::Event::Nack { .. })) {
+        if events.iter().any(|e| matches!(e, xds_core::Event::Nack { .. })) {
             self.refresh_group();
         }
         for event in &events {
             match event {
-                proto::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),
-                proto::Event::Ack { type_key, .. } | proto::Event::Nack { type_key, .. } => {
+                xds_core::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),
+                xds_core::Event::Ack { type_key, .. } | xds_core::Event::Nack { type_key, .. } => {
                     self.join.answered(type_key);
                 }
                 _ => {}
@@ -534,7 +534,7 @@ impl<P: Protocol> Driver<P> {
     }
 }
 
-impl<P: Protocol> Drop for Driver<P> {
+impl<P: WireProtocol> Drop for Driver<P> {
     fn drop(&mut self) {
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);

@@ -10,4 +10,4 @@ mod report;
 pub(crate) use driver::ResponseStream;
 pub(crate) use driver::open;
 pub(crate) use permits::Permits;
-pub(crate) use protocol::{Delta, Protocol, Sotw};
+pub(crate) use protocol::WireProtocol;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use xds_cache::Variant;
-use xds_core::{DeltaRequest, ErrorDetail, SotwNames, SotwRequest, SubStream};
+use xds_core::{Delta, DeltaRequest, ErrorDetail, Sotw, SotwNames, SotwRequest, SubStream};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use xds_proto::pb::google::rpc::Status as RpcStatus;
@@ -16,44 +16,45 @@ use crate::codec::decode::{Incoming, Malformed, SotwIncoming};
 use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
 use crate::status::{TypeStatus, lock};
 
-/// One protocol variant as the server speaks it: its wire messages and the core variant.
-pub(crate) trait Protocol: Send + 'static {
-    type Request: Incoming + Send + 'static;
+/// One protocol variant as the server speaks it: its wire messages. Implemented for the core's
+/// own variants (`xds_core::Sotw`, `xds_core::Delta`), so that a variant has one name in every
+/// crate.
+pub(crate) trait WireProtocol: xds_core::Protocol + Send {
+    type WireRequest: Incoming + Send + 'static;
     type Wire: Framed;
-    type Core: xds_core::Protocol;
     const VARIANT: Variant;
     const LABEL: &'static str;
 
     /// Takes the node and the type URL out of a request.
-    fn header(request: &mut Self::Request) -> (Option<Node>, String);
+    fn header(request: &mut Self::WireRequest) -> (Option<Node>, String);
     /// How many names a request carries (subscribed names for delta), for limits.
-    fn name_count(request: &Self::Request) -> usize;
+    fn name_count(request: &Self::WireRequest) -> usize;
     /// Reads the request's names unless its sub-stream already has them: a SotW list that
     /// repeats the sub-stream's last one in `core` is left undecoded, unless `wanted` (the
     /// callbacks ask to see every list). `core` is locked for the check only, not while names
     /// are decoded.
     fn read_names(
-        request: &mut Self::Request,
+        request: &mut Self::WireRequest,
         core: &Mutex<CoreStream<Self>>,
         type_url: &TypeUrl,
         wanted: bool,
     ) -> Result<(), Malformed>;
     /// Whether a stream's first request resumes: it says what the client already holds (the
     /// join gate lets such a stream in at once).
-    fn resumes(request: &Self::Request) -> bool;
+    fn resumes(request: &Self::WireRequest) -> bool;
     /// The request as callbacks see it.
-    fn for_callbacks(request: &Self::Request) -> XdsRequest<'_>;
+    fn for_callbacks(request: &Self::WireRequest) -> XdsRequest<'_>;
     /// The names the request asks for that policy must check: a SotW list that was decoded
     /// (a repeated one was checked when it was listed), a delta request's subscriptions.
-    fn requested_names(request: &Self::Request) -> &[String];
+    fn requested_names(request: &Self::WireRequest) -> &[String];
     /// The request as the core sees it, with the names policy refused (normal form -> reason).
     fn to_core(
-        request: Self::Request,
+        request: Self::WireRequest,
         denied: BTreeMap<String, String>,
-    ) -> <Self::Core as xds_core::Protocol>::Request;
+    ) -> <Self as xds_core::Protocol>::Request;
     /// The wire form of a core response, with the bytes of resource bodies it carries.
     fn to_wire(
-        response: <Self::Core as xds_core::Protocol>::Response<EncodedResource>,
+        response: <Self as xds_core::Protocol>::Response<EncodedResource>,
         type_url: &TypeUrl,
         control_plane: Option<&str>,
         recent: &RecentEncodings,
@@ -65,16 +66,12 @@ fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
 }
 
 /// The core's stream for protocol `P`.
-pub(crate) type CoreStream<P> =
-    xds_core::Stream<Node, TypeUrl, <P as Protocol>::Core, EncodedResource>;
+pub(crate) type CoreStream<P> = xds_core::Stream<Node, TypeUrl, P, EncodedResource>;
 
 /// State of the world.
-pub(crate) struct Sotw;
-
-impl Protocol for Sotw {
-    type Request = SotwIncoming;
+impl WireProtocol for Sotw {
+    type WireRequest = SotwIncoming;
     type Wire = SotwWire;
-    type Core = xds_core::Sotw;
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
@@ -143,12 +140,9 @@ impl Protocol for Sotw {
 }
 
 /// Incremental.
-pub(crate) struct Delta;
-
-impl Protocol for Delta {
-    type Request = DeltaDiscoveryRequest;
+impl WireProtocol for Delta {
+    type WireRequest = DeltaDiscoveryRequest;
     type Wire = DeltaWire;
-    type Core = xds_core::Delta;
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
