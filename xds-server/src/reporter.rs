@@ -12,12 +12,10 @@
 //!                         └──> done                │     when it differs from the last one
 //! ```
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Status, Streaming};
 use xds_cache::Variant;
@@ -27,6 +25,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 
 use crate::authz::{Access, Authorizer, Entry, Peer, Request};
 use crate::callbacks::{Callbacks, StreamInfo};
+use crate::stream::ResponseStream;
 
 /// Stream ids of the reporting services; apart from the xDS streams' ids, so they start high
 /// to keep the two apart in logs.
@@ -203,7 +202,7 @@ impl Rejections {
 /// One reporting service's stream limits and counters, and the revision its users bump when
 /// the answer open streams were given may have changed.
 #[derive(Debug)]
-pub(crate) struct Gate {
+pub(crate) struct ReportLimits {
     pub(crate) rejected: Rejections,
     /// Streams open that have not sent their first request yet.
     pending: AtomicUsize,
@@ -216,7 +215,7 @@ pub(crate) struct Gate {
 }
 
 /// A stream counted as pending until this is dropped.
-struct Pending(Arc<Gate>);
+struct Pending(Arc<ReportLimits>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
@@ -224,7 +223,7 @@ impl Drop for Pending {
     }
 }
 
-impl Gate {
+impl ReportLimits {
     pub(crate) fn new(
         max_streams: usize,
         max_pending: usize,
@@ -370,7 +369,7 @@ pub(crate) trait Reporting: Clone + Send + Sync + 'static {
     const NO_NODE: &'static str;
 
     /// The server's hooks and this service's gate.
-    fn parts(&self) -> (&Hooks, &Arc<Gate>);
+    fn parts(&self) -> (&Hooks, &Arc<ReportLimits>);
     fn node(first: &Self::Request) -> Option<&Node>;
     /// The answer for `node` now, and what it lets the stream report.
     fn answer(&self, node: &Node) -> (Self::Response, Self::Scope);
@@ -383,11 +382,8 @@ pub(crate) trait Reporting: Clone + Send + Sync + 'static {
     fn take(registration: &Self::Registration, message: Self::Request) -> Result<(), Status>;
 }
 
-/// The response stream of a reporting service.
-pub(crate) type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
 /// Serves one reporting stream of `service`: refused at once when the server shuts down or
-/// [`Gate::max_pending`] streams are waiting for their first request.
+/// [`ReportLimits::max_pending`] streams are waiting for their first request.
 pub(crate) fn serve<S: Reporting>(
     service: &S,
     request: tonic::Request<Streaming<S::Request>>,
@@ -427,7 +423,7 @@ struct Open<S: Reporting> {
     sent: S::Response,
     /// `None` once the policy's sender is gone (it lives as long as the service).
     policy: Option<watch::Receiver<u64>>,
-    /// The stream's rate limit ([`Gate::rate`]).
+    /// The stream's rate limit ([`ReportLimits::rate`]).
     rate: TokenBucket,
     _closed: Closed,
 }
@@ -635,7 +631,7 @@ pub(crate) use reporting_methods;
 pub(crate) fn render_stream_metrics(
     out: &mut String,
     label: &str,
-    gate: &Gate,
+    gate: &ReportLimits,
     reasons: &[Reason],
 ) {
     use std::fmt::Write as _;

@@ -29,7 +29,8 @@ pub use crate::reporter::OverBudget;
 pub use store::HdsConfig;
 pub use view::{EndpointHealthView, HealthSnapshot, HealthWatch};
 
-use crate::reporter::{self, Gate, Hooks, Reason, Reporting, ResponseStream, escape_label};
+use crate::reporter::{self, Hooks, Reason, ReportLimits, Reporting, escape_label};
+use crate::stream::ResponseStream;
 use store::{Asked, HealthStore, Registration};
 
 /// Gives the health checks a node is to run. Called when a stream opens and, after
@@ -186,7 +187,7 @@ impl Reporting for HealthDiscoveryServer {
     const NAME: &'static str = "HDS";
     const NO_NODE: &'static str = "the first message must be a HealthCheckRequest with a node";
 
-    fn parts(&self) -> (&Hooks, &Arc<Gate>) {
+    fn parts(&self) -> (&Hooks, &Arc<ReportLimits>) {
         (&self.hooks, &self.store.gate)
     }
 

@@ -17,7 +17,7 @@ use xds_proto::pb::envoy::service::health::v3::{
 
 use super::view::HealthSnapshot;
 use crate::lrs::store::Labels;
-use crate::reporter::{Budget, Charge, Gate, OverBudget, Reason};
+use crate::reporter::{Budget, Charge, OverBudget, Reason, ReportLimits};
 use crate::status::lock;
 
 /// Limits of health discovery.
@@ -99,7 +99,7 @@ pub(crate) struct HealthStore {
     pub(crate) config: HdsConfig,
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamHealth>>>>,
     labels: Labels,
-    pub(crate) gate: Arc<Gate>,
+    pub(crate) gate: Arc<ReportLimits>,
     /// The allowance every stream's last response draws from.
     pub(crate) budget: Budget,
     responses: AtomicU64,
@@ -166,7 +166,7 @@ impl HealthStore {
         Self {
             labels: Labels::new(config.max_cluster_labels),
             streams: Mutex::default(),
-            gate: Arc::new(Gate::new(
+            gate: Arc::new(ReportLimits::new(
                 config.max_streams,
                 config.max_pending_streams,
                 config.first_request_timeout,

@@ -31,7 +31,8 @@ pub use view::{
     ClusterLoad, LoadCounts, LoadSnapshot, LoadWatch, LocalityName, MAX_LOCALITIES_SHOWN, NodeLoad,
 };
 
-use crate::reporter::{self, Gate, Hooks, Reason, Reporting, ResponseStream, escape_label};
+use crate::reporter::{self, Hooks, Reason, ReportLimits, Reporting, escape_label};
+use crate::stream::ResponseStream;
 use store::{Registration, Store};
 
 /// The shortest reporting interval the server asks for, whatever the policy says.
@@ -364,7 +365,7 @@ impl Reporting for LoadReportingServer {
     const NAME: &'static str = "LRS";
     const NO_NODE: &'static str = "the first LoadStatsRequest must carry a node";
 
-    fn parts(&self) -> (&Hooks, &Arc<Gate>) {
+    fn parts(&self) -> (&Hooks, &Arc<ReportLimits>) {
         (&self.hooks, &self.store.gate)
     }
 

@@ -17,7 +17,7 @@ use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterStats;
 
 use super::view::{LoadCounts, LoadSnapshot, LocalityName};
-use crate::reporter::{Budget, Charge, Gate, OverBudget, Reason};
+use crate::reporter::{Budget, Charge, OverBudget, Reason, ReportLimits};
 use crate::status::lock;
 
 /// The sliding window is this many slots; a report counts in the slot of its arrival, and a
@@ -222,7 +222,7 @@ pub(crate) struct Store {
     streams: Mutex<BTreeMap<u64, Arc<Mutex<StreamLoad>>>>,
     pub(crate) cluster_labels: Labels,
     locality_labels: Labels,
-    pub(crate) gate: Arc<Gate>,
+    pub(crate) gate: Arc<ReportLimits>,
     /// The allowance every stream's load draws from.
     pub(crate) budget: Budget,
     /// Which clusters may have a label of their own (the user's predicate; asked with no lock
@@ -255,7 +255,7 @@ pub(crate) struct Registration {
 impl Store {
     pub(crate) fn new(config: LrsConfig) -> Self {
         let slot = (config.window / SLOTS as u32).max(Duration::from_millis(1));
-        let gate = Arc::new(Gate::new(
+        let gate = Arc::new(ReportLimits::new(
             config.max_streams,
             config.max_pending_streams,
             config.first_request_timeout,

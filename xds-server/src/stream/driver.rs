@@ -60,7 +60,7 @@ use crate::status::{Detail, StreamStatus, lock};
 /// The node of a client that sent none (when anonymous clients are allowed).
 static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
 
-/// The response stream handed to tonic.
+/// The response stream handed to tonic (by xDS streams here, and by the reporting services).
 pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
 
 /// A stream's protocol state, readable by status queries. Behind a mutex (uncontended: only this
