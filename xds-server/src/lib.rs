@@ -58,7 +58,9 @@
 //! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
 //!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
 //! - Observing: [`XdsServer::status`] (what each node holds, ACKed, NACKed), CSDS,
-//!   [`XdsServer::metrics`].
+//!   [`XdsServer::metrics`], and all of them over HTTP for an admin listener:
+//!   [`XdsServer::admin_router`] (`/healthz`, `/ready`, `/metrics`, `/status`, CSDS), with
+//!   hooks for the application's readiness, metrics and status in [`XdsServer::admin`].
 //!
 //! # What this crate does
 //!
@@ -69,6 +71,7 @@
 //!
 //! [`Cache`]: xds_cache::Cache
 
+pub mod admin;
 pub mod authz;
 mod body;
 mod callbacks;
@@ -88,6 +91,7 @@ mod stream;
 pub mod transport;
 mod wire;
 
+pub use admin::Admin;
 pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use config::{Limits, ServerConfig};
