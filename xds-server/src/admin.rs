@@ -71,7 +71,7 @@ type StatusHook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 ///   a script must not quietly show the first page.
 /// - `POST /v3/discovery:client_status`: CSDS as JSON, as on
 ///   [`rest_router`](XdsServer::rest_router), authorized as
-///   [`Entry::Admin`](crate::authz::Entry::Admin).
+///   [`Entry::Admin`].
 ///
 /// Per-group series, from the group the cache serves each stream's node from
 /// ([`StreamStatus::group`](crate::StreamStatus::group)):
@@ -85,14 +85,14 @@ type StatusHook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 /// groups with the most streams are shown (then by name); for NACKs the first groups that
 /// NACKed keep their label for the life of the server (a counter that moved between labels
 /// would look reset). A label value is the group name cut to
-/// [`MAX_GROUP_LABEL_BYTES`](MAX_GROUP_LABEL_BYTES) bytes and escaped per the
+/// [`MAX_GROUP_LABEL_BYTES`] bytes and escaped per the
 /// Prometheus text format (backslash, double quote, newline); a group named `(none)` or
 /// `(other)` counts under `(other)`. Series are sorted by label.
 ///
 /// # Security
 ///
 /// Only CSDS goes through the server's [`Authorizer`](crate::Authorizer) (as
-/// [`Entry::Admin`](crate::authz::Entry::Admin), which the ready policies allow); the other
+/// [`Entry::Admin`], which the ready policies allow); the other
 /// routes show every client's node, subscriptions and NACK texts to whoever reaches them.
 /// Bind the admin listener to localhost, or put it behind credentials (a bearer token, mTLS: a
 /// `tower` layer around the router, e.g. with
@@ -203,7 +203,7 @@ impl Admin {
     }
 
     /// How many groups get a `group` label of their own on `/metrics` (default
-    /// [`DEFAULT_MAX_GROUP_LABELS`], at most [`MAX_GROUP_LABELS`](MAX_GROUP_LABELS),
+    /// [`DEFAULT_MAX_GROUP_LABELS`], at most [`MAX_GROUP_LABELS`],
     /// the number the server keeps NACK counts for); the rest are summed under `(other)`. A
     /// series per group costs the monitoring system as much as any other: keep it near the
     /// number of groups an operator can tell apart.
