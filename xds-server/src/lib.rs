@@ -59,7 +59,9 @@
 //! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
 //!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
 //! - Observing: [`XdsServer::status`] (what each node holds, ACKed, NACKed), CSDS,
-//!   [`XdsServer::metrics`].
+//!   [`XdsServer::metrics`], and all of them over HTTP for an admin listener:
+//!   [`XdsServer::admin_router`] (`/healthz`, `/ready`, `/metrics`, `/status`, CSDS), with
+//!   hooks for the application's readiness, metrics and status in [`XdsServer::admin`].
 //! - Logs: the server writes them through the `tracing` facade and never installs a subscriber
 //!   itself, so nothing is printed until your program installs one (e.g. `tracing-subscriber`'s
 //!   `fmt().init()`). At `info`: every NACK (node, group, type, rejected version, the client's
@@ -75,6 +77,7 @@
 //!
 //! [`Cache`]: xds_cache::Cache
 
+pub mod admin;
 pub mod authz;
 mod callbacks;
 mod codec;
@@ -92,6 +95,7 @@ mod status;
 mod stream;
 pub mod transport;
 
+pub use admin::Admin;
 pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use codec::{DeltaWire, EncodedSet, SotwWire};

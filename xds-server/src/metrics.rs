@@ -31,8 +31,8 @@ struct PerType {
 const ACK_BUCKETS: [f64; 12] =
     [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
-/// The server's counters. Render them with [`Metrics::render`] (served at `GET /metrics` by the
-/// example binary).
+/// The server's counters. Render them with [`Metrics::render`] (served at `GET /metrics` by
+/// [`XdsServer::admin_router`](crate::XdsServer::admin_router), with per-group series).
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// Variant -> type label -> counters. Labels are `&'static str` from a bounded set (the
@@ -44,6 +44,52 @@ pub struct Metrics {
     join_gate_passed: std::sync::atomic::AtomicU64,
     /// Streams the cache serves nothing of some type they asked for (their group has none).
     unserved: std::sync::atomic::AtomicI64,
+    /// NACKs by group and type, for the admin router's `xds_group_nacks_total`.
+    group_nacks: Mutex<GroupNacks>,
+}
+
+/// NACKs by group label ([`group_label`]) and type. A group keeps the slot it got at its first
+/// NACK for the life of the server, so the groups shown under their own label never change
+/// between scrapes (a counter that moved to `(other)` and back would look reset). Groups past
+/// [`MAX_GROUP_LABELS`] are counted in `overflow` only: with a cache that groups by node id, a
+/// client picks its group, and the map must not grow with the clients.
+#[derive(Debug, Default)]
+struct GroupNacks {
+    /// Label -> (slot, type label -> NACKs).
+    groups: BTreeMap<String, (usize, BTreeMap<&'static str, u64>)>,
+    /// The NACKs of streams with no group (`(none)`), which take no slot.
+    ungrouped: BTreeMap<&'static str, u64>,
+    overflow: BTreeMap<&'static str, u64>,
+}
+
+/// The most groups with a series of their own that the admin router's `/metrics` can show
+/// ([`Admin::max_group_labels`](crate::admin::Admin::max_group_labels) is clamped to it): the
+/// bound on the server's per-group NACK counters, kept whatever is shown.
+pub const MAX_GROUP_LABELS: usize = 1000;
+
+/// The most bytes of a group name a label value keeps (cut at a character boundary): a group
+/// can be a node id, which a client chooses.
+pub const MAX_GROUP_LABEL_BYTES: usize = 128;
+
+/// The label value of streams whose cache does not group nodes (or that sent no request yet).
+pub const NO_GROUP_LABEL: &str = "(none)";
+
+/// The label value that sums the groups past the bound.
+pub const OTHER_GROUP_LABEL: &str = "(other)";
+
+/// The label value of a group: `(none)` for no group, the name cut to
+/// [`MAX_GROUP_LABEL_BYTES`], and `(other)` for a group whose name is one of these two reserved
+/// values (so that no series is written twice). Not escaped yet.
+pub(crate) fn group_label(group: Option<&str>) -> &str {
+    let Some(group) = group else { return NO_GROUP_LABEL };
+    if group == NO_GROUP_LABEL || group == OTHER_GROUP_LABEL {
+        return OTHER_GROUP_LABEL;
+    }
+    let mut end = group.len().min(MAX_GROUP_LABEL_BYTES);
+    while !group.is_char_boundary(end) {
+        end -= 1;
+    }
+    &group[..end]
 }
 
 impl Metrics {
@@ -92,6 +138,92 @@ impl Metrics {
 
     pub(crate) fn nack(&self, variant: &'static str, type_label: &'static str) {
         self.with(variant, type_label, |m| m.nacks += 1);
+    }
+
+    /// A NACK from a stream served from `group` (as of the NACK: a regroup moves streams).
+    pub(crate) fn group_nack(&self, group: Option<&str>, type_label: &'static str) {
+        let label = group_label(group);
+        let mut guard = lock(&self.group_nacks);
+        let nacks = &mut *guard;
+        let counts = if label == NO_GROUP_LABEL {
+            &mut nacks.ungrouped
+        } else if nacks.groups.contains_key(label)
+            || (nacks.groups.len() < MAX_GROUP_LABELS && label != OTHER_GROUP_LABEL)
+        {
+            let slot = nacks.groups.len();
+            &mut nacks.groups.entry(label.to_owned()).or_insert((slot, BTreeMap::new())).1
+        } else {
+            &mut nacks.overflow
+        };
+        *counts.entry(type_label).or_default() += 1;
+    }
+
+    /// The per-group series of the admin router: `xds_group_streams` from `streams` (label ->
+    /// open streams, labels from [`group_label`]) and `xds_group_nacks_total`. At most `max`
+    /// groups get a label of their own, besides `(none)`: for streams the `max` with the most
+    /// streams (then by name), for NACKs the first `max` groups that NACKed; the rest are summed
+    /// under `(other)`. Sorted by label.
+    pub(crate) fn render_groups(&self, streams: BTreeMap<String, u64>, max: usize) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP xds_group_streams xDS streams open, by the group the cache serves their node \
+             from ((none): not grouped; (other): the groups past the label bound).\n\
+             # TYPE xds_group_streams gauge"
+        );
+        let mut ranked: Vec<(&String, u64)> = streams
+            .iter()
+            .filter(|(g, _)| *g != NO_GROUP_LABEL && *g != OTHER_GROUP_LABEL)
+            .map(|(g, n)| (g, *n))
+            .collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let mut shown: BTreeMap<&str, u64> = BTreeMap::new();
+        for (i, (group, n)) in ranked.into_iter().enumerate() {
+            let label = if i < max { group.as_str() } else { OTHER_GROUP_LABEL };
+            *shown.entry(label).or_default() += n;
+        }
+        for reserved in [NO_GROUP_LABEL, OTHER_GROUP_LABEL] {
+            if let Some(n) = streams.get(reserved) {
+                *shown.entry(reserved).or_default() += n;
+            }
+        }
+        for (group, n) in shown {
+            let _ = writeln!(out, "xds_group_streams{{group=\"{}\"}} {n}", escape(group));
+        }
+        let _ = writeln!(
+            out,
+            "# HELP xds_group_nacks_total Responses NACKed, by the group the stream was served \
+             from and type.\n# TYPE xds_group_nacks_total counter"
+        );
+        let nacks = lock(&self.group_nacks);
+        let mut shown: BTreeMap<&str, BTreeMap<&'static str, u64>> = BTreeMap::new();
+        for (group, (slot, counts)) in &nacks.groups {
+            let label = if *slot < max { group.as_str() } else { OTHER_GROUP_LABEL };
+            let sums = shown.entry(label).or_default();
+            for (t, n) in counts {
+                *sums.entry(t).or_default() += n;
+            }
+        }
+        for (label, extra) in
+            [(NO_GROUP_LABEL, &nacks.ungrouped), (OTHER_GROUP_LABEL, &nacks.overflow)]
+        {
+            if extra.is_empty() {
+                continue;
+            }
+            let sums = shown.entry(label).or_default();
+            for (t, n) in extra {
+                *sums.entry(t).or_default() += n;
+            }
+        }
+        for (group, counts) in shown {
+            let group = escape(group);
+            for (t, n) in counts {
+                let t = escape(t);
+                let _ =
+                    writeln!(out, "xds_group_nacks_total{{group=\"{group}\",type=\"{t}\"}} {n}");
+            }
+        }
+        out
     }
 
     pub(crate) fn stale(&self, variant: &'static str, type_label: &'static str) {
@@ -241,5 +373,46 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
         assert_eq!(escape("cluster"), "cluster");
+    }
+
+    #[test]
+    fn group_labels_are_bounded_cut_and_reserved() {
+        assert_eq!(group_label(None), NO_GROUP_LABEL);
+        assert_eq!(group_label(Some("edge")), "edge");
+        assert_eq!(group_label(Some(NO_GROUP_LABEL)), OTHER_GROUP_LABEL);
+        assert_eq!(group_label(Some(OTHER_GROUP_LABEL)), OTHER_GROUP_LABEL);
+        let long = "é".repeat(MAX_GROUP_LABEL_BYTES);
+        let cut = group_label(Some(&long));
+        assert!(cut.len() <= MAX_GROUP_LABEL_BYTES && long.starts_with(cut), "{cut}");
+    }
+
+    #[test]
+    fn group_nacks_keep_their_slot_and_stop_growing() {
+        let m = Metrics::default();
+        m.group_nack(None, "cluster");
+        for i in 0..MAX_GROUP_LABELS + 5 {
+            m.group_nack(Some(&format!("g{i:04}")), "cluster");
+        }
+        // The first groups keep their slot whatever comes later; (none) takes none.
+        m.group_nack(Some("g0000"), "listener");
+        let nacks = lock(&m.group_nacks);
+        assert_eq!(nacks.groups.len(), MAX_GROUP_LABELS);
+        assert_eq!(nacks.groups["g0000"].0, 0);
+        assert_eq!(nacks.overflow["cluster"], 5);
+        assert_eq!(nacks.ungrouped["cluster"], 1);
+        drop(nacks);
+        let text = m.render_groups(BTreeMap::new(), 2);
+        let lines: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("xds_group_nacks_total")).collect();
+        assert_eq!(
+            lines,
+            [
+                "xds_group_nacks_total{group=\"(none)\",type=\"cluster\"} 1",
+                "xds_group_nacks_total{group=\"(other)\",type=\"cluster\"} 1003",
+                "xds_group_nacks_total{group=\"g0000\",type=\"cluster\"} 1",
+                "xds_group_nacks_total{group=\"g0000\",type=\"listener\"} 1",
+                "xds_group_nacks_total{group=\"g0001\",type=\"cluster\"} 1",
+            ]
+        );
     }
 }

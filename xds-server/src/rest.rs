@@ -23,7 +23,7 @@ use crate::server::{Shared, XdsServer};
 use xds_core::StreamError;
 
 /// The path of CSDS's REST mapping (the `google.api.http` option of `FetchClientStatus`).
-const CLIENT_STATUS_PATH: &str = "/v3/discovery:client_status";
+pub(crate) const CLIENT_STATUS_PATH: &str = "/v3/discovery:client_status";
 
 impl XdsServer {
     /// The REST-JSON API (rules R1–R3) as an [`axum::Router`]: serve it on its own port, or
@@ -82,16 +82,6 @@ impl XdsServer {
     /// `into_make_service_with_connect_info::<Peer>()` so client certificates reach the policy.
     pub fn discovery_router(&self) -> Router {
         self.discovery_routes().fallback(not_found)
-    }
-
-    /// CSDS as JSON (`POST /v3/discovery:client_status`) for an admin listener: authorized as
-    /// [`Entry::Admin`], which the ready policies allow, because the operator controls who can
-    /// reach that listener (bind it to localhost).
-    pub fn admin_router(&self) -> Router {
-        let server = self.clone();
-        let handler =
-            post(move |request: Request| client_status(server.clone(), Entry::Admin, request));
-        Router::new().route(CLIENT_STATUS_PATH, post_only(handler))
     }
 
     fn discovery_routes(&self) -> Router {
@@ -189,7 +179,7 @@ impl IntoResponse for RestError {
 }
 
 /// Answers any method but `POST` with 405 and a body that says so (axum's default has none).
-fn post_only(router: MethodRouter) -> MethodRouter {
+pub(crate) fn post_only(router: MethodRouter) -> MethodRouter {
     router.fallback(|method: Method, uri: Uri| async move {
         (
             StatusCode::METHOD_NOT_ALLOWED,
@@ -325,7 +315,7 @@ fn render_client_status(response: &ClientStatusResponse) -> Result<Value, RestEr
 }
 
 /// `POST /v3/discovery:client_status`: CSDS as JSON.
-async fn client_status(server: XdsServer, entry: Entry, request: Request) -> Response {
+pub(crate) async fn client_status(server: XdsServer, entry: Entry, request: Request) -> Response {
     let peer = Peer::of_http(&request);
     let answer = async {
         server.shared.authorize(&peer, entry, Access::ClientStatus).map_err(RestError::Refused)?;

@@ -226,6 +226,25 @@ impl StatusRegistry {
         self.len() == 0
     }
 
+    /// Open streams by the label of their group (see [`crate::metrics::group_label`]), for the
+    /// admin router's `xds_group_streams`. Reads the group only: no details are filled in, and
+    /// a name is copied once per group, not per stream.
+    pub(crate) fn group_counts(&self) -> BTreeMap<String, u64> {
+        let entries: Vec<_> = lock(&self.streams).values().map(|e| e.status.clone()).collect();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for status in entries {
+            let status = lock(&status);
+            let label = crate::metrics::group_label(status.group.as_deref());
+            match counts.get_mut(label) {
+                Some(n) => *n += 1,
+                None => {
+                    counts.insert(label.to_owned(), 1);
+                }
+            }
+        }
+        counts
+    }
+
     /// Every stream's status as JSON: `{"streams": [...]}`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({ "streams": self.streams() })

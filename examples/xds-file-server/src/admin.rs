@@ -17,15 +17,6 @@ use xds_server::XdsServer;
 
 use crate::config::DEFAULT_GROUP;
 
-/// The most streams one `/status` page shows (`?limit=` may ask for fewer).
-const MAX_STATUS_PAGE: usize = 100;
-
-/// The most clusters of reported load one `/status` page shows (`?load_limit=` may ask for
-/// fewer), and the most bytes they take: the load of every LRS stream can hold hundreds of
-/// thousands of entries, rendered a page at a time.
-const MAX_LOAD_PAGE: usize = 100;
-const MAX_LOAD_PAGE_BYTES: usize = 256 << 10;
-
 /// What /status shows about the configuration.
 #[derive(Default, serde::Serialize)]
 pub(crate) struct ConfigState {
@@ -140,10 +131,12 @@ impl ConfigDump {
     }
 }
 
-/// The admin routes. `/status` takes `?node=ID` (that node's streams and load only),
-/// `?offset=N` and `?limit=N` (at most 100 streams a page; `next_offset` says where the next
-/// page starts), and `?load_offset=N` and `?load_limit=N` for the reported load (at most 100
-/// clusters and 256 KiB a page; `load.next_offset`).
+/// The admin routes: the library's ([`XdsServer::admin`]: `/healthz`, `/metrics`, `/status`
+/// with its paging, CSDS) with this server's readiness, configuration metrics and build, its
+/// configuration state in `/status` (`config`), and `/config_dump`.
+///
+/// `/ready` means "serving a valid configuration" (`reload::ready`), or with etcd and
+/// `--ready-when-stale unready`, also "not stale" (`etcd::stale`).
 ///
 /// `/config_dump?node=ID&cluster=NAME`: the group that node maps to and every resource it would
 /// be served (secrets redacted); see [`ConfigDump`].
@@ -152,53 +145,34 @@ pub(crate) fn admin_router(
     state: Arc<Mutex<ConfigState>>,
     dump: ConfigDump,
 ) -> axum::Router {
-    let metrics = server.clone();
-    let status = server.clone();
-    let (ready, config_metrics) = (state.clone(), state.clone());
-    let grouping = dump.grouping.clone();
+    let (ready, config_metrics, status) = (state.clone(), state.clone(), state);
+    let dump = Arc::new(dump);
     server
-        .admin_router()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/config_dump", get({
-            let dump = Arc::new(dump);
-            move |Query(query): Query<HashMap<String, String>>| {
-                let (code, body) = dump.dump(&query);
-                async move { (code, axum::Json(body)) }
-            }
-        }))
-        .route("/ready", get(move || {
-            let answer = crate::etcd::stale(&ready).unwrap_or_else(|| crate::reload::ready(&ready));
-            async move { answer }
-        }))
-        .route("/metrics", get(move || {
-            let mut text = metrics.metrics().render();
-            // Load reported over LRS, per cluster and locality (bounded labels).
-            text.push_str(&metrics.load_reporting().render_metrics());
+        .admin()
+        .ready(move || {
+            let (code, text) =
+                crate::etcd::stale(&ready).unwrap_or_else(|| crate::reload::ready(&ready));
+            if code.is_success() { Ok(text) } else { Err(text) }
+        })
+        .metrics(move |text| {
             text.push_str(&build_info());
             text.push_str(&crate::reload::config_metrics(&config_metrics));
-            async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
-        }))
-        .route("/status", get(move |Query(query): Query<HashMap<String, String>>| {
-            let grouping = grouping.clone();
-            let number = |key: &str| query.get(key).and_then(|v| v.parse::<usize>().ok());
-            let limit = number("limit").unwrap_or(MAX_STATUS_PAGE).min(MAX_STATUS_PAGE);
-            let offset = number("offset").unwrap_or(0);
-            let node = query.get("node").map(String::as_str);
-            let mut body = status.status().page_json(node, offset, limit);
-            annotate_streams(&mut body, &*grouping);
-            if let Ok(s) = serde_json::to_value(&*state.lock().unwrap_or_else(|e| e.into_inner())) {
-                body["config"] = s;
+        })
+        .status(move |body| {
+            show_default_group(body);
+            let state = status.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(state) = serde_json::to_value(&*state) {
+                body["config"] = state;
             }
-            let load_limit = number("load_limit").unwrap_or(MAX_LOAD_PAGE).clamp(1, MAX_LOAD_PAGE);
-            let load_offset = number("load_offset").unwrap_or(0);
-            body["load"] = status.load_reporting().snapshot().page_json(
-                node,
-                load_offset,
-                load_limit,
-                MAX_LOAD_PAGE_BYTES,
-            );
-            async move { axum::Json(body) }
-        }))
+        })
+        .router()
+        .route(
+            "/config_dump",
+            get(move |Query(query): Query<HashMap<String, String>>| {
+                let (code, body) = dump.dump(&query);
+                async move { (code, axum::Json(body)) }
+            }),
+        )
 }
 
 /// The `xds_build_info` gauge: always 1, labelled with what was built (from compile-time
@@ -213,54 +187,15 @@ fn build_info() -> String {
     )
 }
 
-/// Adds to each stream of a `/status` page the group its node maps to, and beside every
-/// `..._ms` time (milliseconds since the epoch, kept for scripts) the same instant in RFC 3339
-/// (`opened_ms` gets `opened`), for people reading it.
-fn annotate_streams(body: &mut Value, grouping: &(dyn Fn(&Node) -> String + Send + Sync)) {
+/// The default group's name is empty: `/status` shows it as `(default)`, as `/config_dump` and
+/// `--check` do.
+fn show_default_group(body: &mut Value) {
     let Some(streams) = body.get_mut("streams").and_then(Value::as_array_mut) else { return };
     for stream in streams {
-        let text =
-            |key: &str| stream.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-        let node =
-            Node { id: text("node_id"), cluster: text("node_cluster"), ..Default::default() };
-        let group = grouping(&node);
-        stream["group"] = json!(if group == DEFAULT_GROUP { "(default)" } else { group.as_str() });
-        add_rfc3339(stream);
-    }
-}
-
-fn add_rfc3339(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            let times: Vec<(String, u64)> = map
-                .iter()
-                .filter_map(|(k, v)| Some((k.strip_suffix("_ms")?.to_owned(), v.as_u64()?)))
-                .collect();
-            for (key, ms) in times {
-                map.insert(key, json!(rfc3339(ms)));
-            }
-            map.values_mut().for_each(add_rfc3339);
+        if stream.get("group").and_then(Value::as_str) == Some(DEFAULT_GROUP) {
+            stream["group"] = json!("(default)");
         }
-        Value::Array(items) => items.iter_mut().for_each(add_rfc3339),
-        _ => {}
     }
-}
-
-/// `ms` milliseconds after the Unix epoch as RFC 3339 in UTC, e.g. `2026-11-29T05:42:16.123Z`.
-fn rfc3339(ms: u64) -> String {
-    let (days, in_day) = (ms / 86_400_000, ms % 86_400_000);
-    // Days to a civil date (proleptic Gregorian), by 400-year eras of 146,097 days.
-    let z = days + 719_468;
-    let (era, doe) = (z / 146_097, z % 146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    let (h, m, sec, milli) =
-        (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1_000 % 60, in_day % 1_000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}.{milli:03}Z")
 }
 
 #[cfg(test)]
@@ -268,28 +203,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_of_epoch_milliseconds() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339(1_795_930_936_123), "2026-11-29T05:42:16.123Z");
-    }
-
-    #[test]
-    fn streams_get_their_group_and_readable_times() {
+    fn the_default_group_is_shown_by_name() {
         let mut body = json!({"streams": [
-            {"node_id": "envoy-2", "node_cluster": "", "opened_ms": 0,
-             "types": {"cluster": {"last_request_ms": 951_782_400_000_u64, "nack": {"at_ms": 0}}}},
-            {"node_id": "envoy-9", "node_cluster": "", "opened_ms": 0},
+            {"node_id": "envoy-2", "group": "envoy-2"},
+            {"node_id": "envoy-9", "group": DEFAULT_GROUP},
+            {"node_id": ""},
         ]});
-        let grouping =
-            |node: &Node| if node.id == "envoy-2" { node.id.clone() } else { String::new() };
-        annotate_streams(&mut body, &grouping);
-        let first = &body["streams"][0];
-        assert_eq!(first["group"], "envoy-2");
-        assert_eq!(first["opened"], "1970-01-01T00:00:00.000Z");
-        assert_eq!(first["opened_ms"], 0);
-        assert_eq!(first["types"]["cluster"]["last_request"], "2000-02-29T00:00:00.000Z");
-        assert_eq!(first["types"]["cluster"]["nack"]["at"], "1970-01-01T00:00:00.000Z");
+        show_default_group(&mut body);
+        assert_eq!(body["streams"][0]["group"], "envoy-2");
         assert_eq!(body["streams"][1]["group"], "(default)");
+        assert!(body["streams"][2].get("group").is_none(), "no request, no group yet");
     }
 }

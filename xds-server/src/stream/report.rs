@@ -45,6 +45,8 @@ pub(super) fn record(
             }
             Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
                 shared.metrics.nack(variant, shared.label(type_key));
+                // The driver asked the cache for the group again before this NACK was recorded.
+                shared.metrics.group_nack(status.group.as_deref(), shared.label(type_key));
                 let nack = NackStatus::new(
                     kept_version.clone(),
                     rejected_version.clone(),
