@@ -68,7 +68,7 @@ pub use naming::{ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, ResourceSet, TypeTraits, View};
 pub use stream::{
-    Admitted, Event, Outgoing, Stream, StreamConfig, StreamError, StreamGuard, TokenBucket,
+    Admitted, Event, Outgoing, Read, Stream, StreamConfig, StreamError, StreamGuard, TokenBucket,
     TypeKey, TypeRole, Views,
 };
 pub use subscription::{Subscription, WILDCARD, Wildcard};

@@ -89,6 +89,25 @@ pub trait Views<K> {
     fn read(&mut self, type_key: &K, f: &mut dyn FnMut(&dyn View<Resource = Self::Resource>));
 }
 
+/// A view a round of responses needs ([`Stream::next_read`]): the caller lends it to
+/// [`Stream::respond`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read<K> {
+    /// The type whose view to read.
+    pub type_key: K,
+    /// Rule O1: removals of this type are held back in this pass (the stream's own business;
+    /// hand the `Read` back as it came).
+    defer_removals: bool,
+}
+
+/// The reads a round of responses still needs.
+#[derive(Debug)]
+struct Round<K> {
+    reads: VecDeque<Read<K>>,
+    /// Rule O1: whether the round ends with the removals held back, if they are owed by then.
+    second_pass_owed: bool,
+}
+
 /// A request was accepted by [`Stream::admit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Admitted<'a> {
@@ -226,6 +245,9 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     nonces: Nonces,
     /// Responses computed by the latest round, in order: at most one per type.
     ready: VecDeque<Outgoing<K, P::Response<R>>>,
+    /// The views the round of responses under way still needs, in order (see
+    /// [`next_read`](Self::next_read)); `None` between rounds.
+    round: Option<Round<K>>,
     /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
     /// call keeps it to what one call produced (a few per request, one per response).
     events: VecDeque<Event<K>>,
@@ -274,6 +296,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             subs: BTreeMap::new(),
             nonces: Nonces::new(),
             ready: VecDeque::new(),
+            round: None,
             events: VecDeque::new(),
             resource_errors: true,
         }
@@ -386,7 +409,10 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         Ok(())
     }
 
-    /// The next response to send, if any, given the current `views`.
+    /// The next response to send, if any, given the current `views`: the rounds of
+    /// [`next_read`](Self::next_read) and [`respond`](Self::respond), with `views` lending each
+    /// view in turn. For a caller whose views are at hand (tests, a single-threaded server); a
+    /// caller that must not run its cache's code under its lock of the stream uses the steps.
     ///
     /// Each type answers in the [`TypeKey`] order, one response in flight per type. On an
     /// aggregated stream, clusters and endpoints that are gone are removed only once every other
@@ -398,53 +424,89 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         views: &mut V,
         now: Instant,
     ) -> Option<Outgoing<K, P::Response<R>>> {
-        if self.ready.is_empty() {
-            self.round(views, now);
+        while let Some(read) = self.next_read() {
+            let mut lent = false;
+            views.read(&read.type_key, &mut |view| {
+                lent = true;
+                self.respond(&read, Some(view), now);
+            });
+            if !lent {
+                self.respond(&read, None, now);
+            }
         }
-        self.ready.pop_front()
+        self.poll_ready()
     }
 
-    /// Asks every sub-stream what it owes, in order, and queues the responses.
-    fn round<V: Views<K, Resource = R> + ?Sized>(&mut self, views: &mut V, now: Instant) {
-        let ads = self.guard.is_aggregated();
-        let types: Vec<(K, TypeRole)> =
-            self.subs.iter().map(|(k, s)| (k.clone(), s.role)).collect();
-        for (t, role) in &types {
-            self.poll_one(views, t, ads && *role == TypeRole::RemovedLast, now);
+    /// The view the round of responses under way needs next, if any: the caller reads that
+    /// type's view and hands it to [`respond`](Self::respond), then asks again, until `None`;
+    /// then [`poll_ready`](Self::poll_ready) has the responses. The stream never reads a view
+    /// itself: the caller reads its cache with no lock of the stream held, and the stream
+    /// computes with the view it is given.
+    ///
+    /// A round starts when no response is waiting in [`poll_ready`](Self::poll_ready): every
+    /// type in the [`TypeKey`] order, then, on an aggregated stream whose other types are quiet,
+    /// the removals held back by rule O1.
+    pub fn next_read(&mut self) -> Option<Read<K>> {
+        if self.round.is_none() {
+            if !self.ready.is_empty() {
+                return None;
+            }
+            let ads = self.guard.is_aggregated();
+            let first = self
+                .subs
+                .iter()
+                .map(|(k, s)| Read {
+                    type_key: k.clone(),
+                    defer_removals: ads && s.role == TypeRole::RemovedLast,
+                })
+                .collect();
+            self.round = Some(Round { reads: first, second_pass_owed: ads });
         }
-        if !ads {
-            return;
+        let round = self.round.as_mut()?;
+        if let Some(read) = round.reads.pop_front() {
+            return Some(read);
         }
+        if std::mem::take(&mut round.second_pass_owed) && self.owes_held_back_removals() {
+            let removals = self.subs.iter().filter(|(_, s)| s.role == TypeRole::RemovedLast);
+            let reads: VecDeque<Read<K>> = removals
+                .map(|(k, _)| Read { type_key: k.clone(), defer_removals: false })
+                .collect();
+            if let Some(round) = self.round.as_mut() {
+                round.reads = reads;
+                if let Some(read) = round.reads.pop_front() {
+                    return Some(read);
+                }
+            }
+        }
+        self.round = None;
+        None
+    }
+
+    /// Rule O1: removals were held back, and every type that could refer to them is quiet.
+    fn owes_held_back_removals(&self) -> bool {
         let pending = self.subs.values().any(|s| s.sub.has_deferred_removals());
         let quiet = self
             .subs
             .values()
             .filter(|s| s.role != TypeRole::RemovedLast)
             .all(|s| !s.sub.awaiting_ack());
-        if pending && quiet {
-            for (t, _) in types.iter().filter(|(_, role)| *role == TypeRole::RemovedLast) {
-                self.poll_one(views, t, false, now);
-            }
-        }
+        pending && quiet
     }
 
-    fn poll_one<V: Views<K, Resource = R> + ?Sized>(
-        &mut self,
-        views: &mut V,
-        type_key: &K,
-        defer_removals: bool,
-        now: Instant,
-    ) {
+    /// Computes what `read.type_key` owes from `view` (the caller's read of that type's view,
+    /// `None` when it has none: then only a heartbeat can be owed), and queues it for
+    /// [`poll_ready`](Self::poll_ready).
+    pub fn respond(&mut self, read: &Read<K>, view: Option<&dyn View<Resource = R>>, now: Instant) {
+        let type_key = &read.type_key;
         let Some(slot) = self.subs.get_mut(type_key) else { return };
         let nonces = &mut self.nonces;
-        let mut response = None;
-        views.read(type_key, &mut |view| {
-            response = if defer_removals {
+        let mut response = match view {
+            Some(view) if read.defer_removals => {
                 slot.sub.poll_response_deferring_removals(view, nonces)
-            } else {
-                slot.sub.poll_response(view, nonces)
-            };
-        });
+            }
+            Some(view) => slot.sub.poll_response(view, nonces),
+            None => None,
+        };
         if response.is_none() && slot.heartbeat_owed {
             response = slot.sub.poll_heartbeat(nonces);
         }
@@ -463,6 +525,12 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             self.resend_virtual_hosts(&response);
         }
         self.ready.push_back(Outgoing { type_key: type_key.clone(), response });
+    }
+
+    /// The next response a round computed, in the order to send them.
+    #[must_use = "a returned response must be sent"]
+    pub fn poll_ready(&mut self) -> Option<Outgoing<K, P::Response<R>>> {
+        self.ready.pop_front()
     }
 
     /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its

@@ -45,9 +45,8 @@ use tonic::Status;
 use crate::codec::decode::Requests;
 use tracing::Instrument;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
-use xds_core::View;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::{EncodedResource, ResourceType, TypeUrl};
+use xds_proto::{ResourceType, TypeUrl};
 
 use super::gate::{Join, Lane};
 use super::protocol::{CoreStream, WireProtocol, fill_status};
@@ -85,15 +84,11 @@ struct Watches {
     unready: std::collections::BTreeSet<TypeUrl>,
 }
 
-impl xds_core::Views<TypeUrl> for Watches {
-    type Resource = EncodedResource;
-
-    fn read(
-        &mut self,
-        type_url: &TypeUrl,
-        f: &mut dyn FnMut(&dyn View<Resource = EncodedResource>),
-    ) {
-        let Some(watch) = self.watches.get(type_url) else { return };
+impl Watches {
+    /// Lends the current view of `type_url` to `f`; false (and `f` not called) when the stream
+    /// has no watch of it. Runs the cache's code: call it with no lock of the stream held.
+    fn read(&mut self, type_url: &TypeUrl, f: &mut dyn FnMut(&DynView<'_>)) -> bool {
+        let Some(watch) = self.watches.get(type_url) else { return false };
         let mut ready = true;
         watch.read(&mut |view: &DynView<'_>| {
             ready = view.is_ready();
@@ -104,6 +99,7 @@ impl xds_core::Views<TypeUrl> for Watches {
         } else if !self.unready.contains(type_url) {
             self.unready.insert(type_url.clone());
         }
+        true
     }
 }
 
@@ -502,17 +498,34 @@ impl<P: WireProtocol> Driver<P> {
     /// Takes every response the core owes into the outbox, then reports what happened: status
     /// and metrics, then the callbacks with no lock held (a callback may call anything on the
     /// server, `status()` included).
+    ///
+    /// Views in, not callbacks out: the core names the view it needs next, this reads it from
+    /// the cache with no lock of the stream held (the cache's code, a custom cache's included,
+    /// never runs under it), and hands it to the core, which computes under its lock with the
+    /// view it was lent. The responses are encoded after the lock is released.
     fn respond(&mut self) {
         let now = Instant::now();
+        let core = &self.core.0;
+        loop {
+            let read = lock(core).next_read();
+            let Some(read) = read else { break };
+            let lent = self.watches.read(&read.type_key, &mut |view| {
+                lock(core).respond(&read, Some(view), now);
+            });
+            if !lent {
+                lock(core).respond(&read, None, now);
+            }
+        }
+        let mut locked = lock(core);
+        let owed: Vec<_> = std::iter::from_fn(|| locked.poll_ready()).collect();
+        let events: Vec<_> = std::iter::from_fn(|| locked.poll_event()).collect();
+        drop(locked);
         let cp = self.shared.config.control_plane_id.as_deref();
-        let mut core = lock(&self.core.0);
-        while let Some(out) = core.poll_response(&mut self.watches, now) {
+        for out in owed {
             let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp, &self.shared.encodings);
             self.shared.metrics.response(P::LABEL, self.shared.label(&out.type_key), bytes);
             self.outbox.push_back((wire, bytes > 0));
         }
-        let events: Vec<_> = std::iter::from_fn(|| core.poll_event()).collect();
-        drop(core);
         self.track_unserved(now);
         if events.is_empty() {
             return;
