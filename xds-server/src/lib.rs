@@ -53,7 +53,8 @@
 //! - Other caches: [`cache::LinearCache`] (one type, resource by resource, e.g. endpoints),
 //!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory
 //!   (keep signals in a [`cache::Watchers`] registry, version with [`cache::TypeVersion`]).
-//! - Hooks: [`Callbacks`] (observe and refuse streams and requests), [`ServerConfig`] and
+//! - Hooks: [`Authorizer`] (the one way to refuse: who may read what, on every entry; ready
+//!   ones in [`authz`]), [`Callbacks`] (observe streams and requests), [`ServerConfig`] and
 //!   [`Limits`].
 //! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
 //!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
@@ -88,7 +89,7 @@ mod stream;
 pub mod transport;
 mod wire;
 
-pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
+pub use authz::{AllowAll, AllowList, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use config::{Limits, ServerConfig};
 pub use files::{FileFormat, FileWriter};
@@ -123,7 +124,8 @@ pub use tower;
 pub mod prelude {
     pub use crate::authz::{self, Access};
     pub use crate::{
-        Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
+        AllowList, Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo,
+        XdsServer,
     };
     pub use xds_cache::{
         Cache, CacheError, DynView, LinearCache, MuxCache, Registration, Signal, Snapshot,
