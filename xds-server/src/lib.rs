@@ -35,7 +35,7 @@
 //!     cache.set_snapshot("envoy-1", snapshot.build_consistent()?);
 //!
 //!     let server = XdsServer::builder(cache.clone())
-//!         .config(ServerConfig { control_plane_id: Some("cp-1".into()), ..Default::default() })
+//!         .control_plane_id("cp-1")
 //!         .build();
 //!     let stopping = server.clone();
 //!     xds_server::tonic::transport::Server::builder()

@@ -17,7 +17,11 @@ use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, Ty
 use crate::authz::{Access, AllowAll, Authorizer, Entry, Peer, UnauthenticatedSecrets};
 use crate::body::StreamBody;
 use crate::callbacks::{Callbacks, NoCallbacks};
-use crate::config::ServerConfig;
+use std::time::Duration;
+
+use xds_proto::CustomType;
+
+use crate::config::{Limits, ServerConfig};
 use crate::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
@@ -209,10 +213,82 @@ impl XdsServerBuilder {
         self
     }
 
-    /// Sets the limits and options.
+    /// Sets the limits and options, all at once (replacing what the setters below set before).
+    /// The setters below change one knob each; either way the builder is the one place a
+    /// server is configured, and [`XdsServer::config`] reads the result back.
     #[must_use]
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Sets `ServerConfig::limits` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn limits(mut self, value: Limits) -> Self {
+        self.config.limits = value;
+        self
+    }
+
+    /// Sets `ServerConfig::allow_anonymous` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn allow_anonymous(mut self, value: bool) -> Self {
+        self.config.allow_anonymous = value;
+        self
+    }
+
+    /// Sets `ServerConfig::control_plane_id` (see [`ServerConfig`]) to `Some(value)`.
+    #[must_use]
+    pub fn control_plane_id(mut self, value: impl Into<String>) -> Self {
+        self.config.control_plane_id = Some(value.into());
+        self
+    }
+
+    /// Sets `ServerConfig::custom_types` (see [`ServerConfig`]), replacing the list.
+    #[must_use]
+    pub fn custom_types(mut self, values: impl IntoIterator<Item = CustomType>) -> Self {
+        self.config.custom_types = values.into_iter().collect();
+        self
+    }
+
+    /// Sets `ServerConfig::fetch_timeout` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn fetch_timeout(mut self, value: Duration) -> Self {
+        self.config.fetch_timeout = value;
+        self
+    }
+
+    /// Sets `ServerConfig::shutdown_grace` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn shutdown_grace(mut self, value: Duration) -> Self {
+        self.config.shutdown_grace = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_permits` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_permits(mut self, value: usize) -> Self {
+        self.config.join_permits = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_timeout` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_timeout(mut self, value: Duration) -> Self {
+        self.config.join_timeout = value;
+        self
+    }
+
+    /// Sets `ServerConfig::resource_errors` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn resource_errors(mut self, value: bool) -> Self {
+        self.config.resource_errors = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_max_wait` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_max_wait(mut self, value: Duration) -> Self {
+        self.config.join_max_wait = value;
         self
     }
 

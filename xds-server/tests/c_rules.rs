@@ -209,7 +209,7 @@ async fn c04_not_found_and_permission_denied_without_any_client_feature() {
 async fn c04_the_server_opt_out_sends_no_resource_errors() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 1)]);
-    let config = ServerConfig { resource_errors: false, ..Default::default() };
+    let config = ServerConfig::default().resource_errors(false);
     let t = start(XdsServer::builder(cache.clone()).config(config).build()).await;
     let mut delta = Delta::ads(&t, "n1").await;
     delta.subscribe(EDS, &["a", "missing"], &[]).await;
@@ -311,7 +311,7 @@ async fn c05_control_plane_identifier_on_every_response() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
     let server = XdsServer::builder(cache.clone())
-        .config(ServerConfig { control_plane_id: Some("replica-7".into()), ..Default::default() })
+        .config(ServerConfig::default().control_plane_id("replica-7"))
         .build();
     let t = start(server).await;
     let mut sotw = Sotw::ads(&t, "n1").await;

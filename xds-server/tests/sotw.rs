@@ -32,7 +32,7 @@ async fn s02_anonymous_served_when_allowed_and_later_requests_need_no_node() {
     let cache = SnapshotCache::by_node_id();
     // An anonymous client has an empty node id: its group is "".
     cache.set_snapshot("", snapshot![cluster("a", "1"), cla("a", 1)]);
-    let config = ServerConfig { allow_anonymous: true, ..Default::default() };
+    let config = ServerConfig::default().allow_anonymous(true);
     let t = start(XdsServer::builder(cache).config(config).build()).await;
     let mut client = t.ads().await;
     let mut ads = Sotw::open(None, |r| async move { client.stream_aggregated_resources(r).await })
@@ -597,11 +597,9 @@ async fn s03_custom_types_are_served_on_ads() {
     let cache = SnapshotCache::by_node_id();
     let w = |name: &str, size| Widget { name: name.into(), size };
     cache.set_snapshot("n1", snapshot![w("w1", 1), w("w2", 2)]);
-    let config = ServerConfig {
-        custom_types: vec![xds_proto::CustomType::of::<Widget>().wildcard_capable(true)],
-        control_plane_id: Some("cp-test".into()),
-        ..Default::default()
-    };
+    let config = ServerConfig::default()
+        .custom_types(vec![xds_proto::CustomType::of::<Widget>().wildcard_capable(true)])
+        .control_plane_id("cp-test");
     let t = start(XdsServer::builder(cache.clone()).config(config).build()).await;
     let mut ads = Sotw::ads(&t, "n1").await;
     ads.send(DiscoveryRequest { type_url: Widget::type_url(), ..Default::default() }).await;

@@ -68,7 +68,7 @@ fn only_a_listed_reporter_proven_by_its_certificate_may_report() {
 async fn an_anonymous_reporter_cannot_mark_endpoints_unhealthy() {
     let cla = LinearCache::of::<ClusterLoadAssignment>();
     let server = XdsServer::builder(cla)
-        .config(ServerConfig { allow_anonymous: true, ..Default::default() })
+        .config(ServerConfig::default().allow_anonymous(true))
         .authorizer(Reporters::new(["reporter-1"]))
         .health_discovery(HealthDiscoveryServer::new(specifier))
         .build();
