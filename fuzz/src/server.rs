@@ -70,7 +70,7 @@ fn snapshot(tag: &str) -> Snapshot {
         .and_then(|b| b.add(&Secret { name: "s1".into(), ..Default::default() }))
         .map(|_| ());
     added.expect("the fixed resources encode");
-    b.build()
+    b.build_unchecked()
 }
 
 fn servers() -> &'static Servers {

@@ -31,8 +31,8 @@
 //!     snapshot.add(&endpoints("backend", &[("10.0.0.1", 8080), ("10.0.0.2", 8080)]))?;
 //!     snapshot.add(&route_to_cluster("local_route", "*", "backend"))?;
 //!     snapshot.add(&http_listener("http", "0.0.0.0", 10000, "local_route"))?;
-//!     // `build_consistent` refuses a snapshot whose references dangle (rule O3).
-//!     cache.set_snapshot("envoy-1", snapshot.build_consistent()?);
+//!     // `build` refuses a snapshot whose references dangle (rule O3).
+//!     cache.set_snapshot("envoy-1", snapshot.build()?);
 //!
 //!     let server = XdsServer::builder(cache.clone())
 //!         .control_plane_id("cp-1")

@@ -400,7 +400,7 @@ mod leds {
         }
         let other = format!("xdstp://auth.example/{LB_TYPE}/other/zone-a/e1?env=prod");
         b.add_encoded(EncodedResource::named(&other, &endpoint(9)).expect("lb"));
-        b.build()
+        b.build_unchecked()
     }
 
     /// Subscribes CDS, then EDS, then the LEDS glob the assignment names, as Envoy does, and
@@ -516,7 +516,7 @@ async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
     let mut b = xds_cache::Snapshot::builder();
     b.add(&cluster("svc", "1")).expect("cluster");
     b.add(&leds_cla("svc", &member("*"), 0)).expect("cla");
-    snapshots.set_snapshot("n1", b.build());
+    snapshots.set_snapshot("n1", b.build_unchecked());
     let members = LinearCache::new(LEDS);
     for i in 0..10_000u32 {
         let r = EncodedResource::named(&member(&format!("e{i:05}")), &endpoint(1000 + i % 50_000));
@@ -607,7 +607,7 @@ async fn c02_leds_glob_on_the_per_type_delta_service() {
     }
     let other = "xdstp://auth.example/envoy.config.endpoint.v3.LbEndpoint/other/zone-a/e1?env=prod";
     b.add_encoded(xds_proto::EncodedResource::named(other, &endpoint(10)).expect("lb"));
-    cache.set_snapshot("n1", b.build());
+    cache.set_snapshot("n1", b.build_unchecked());
     leds.expect_quiet().await;
 
     // A member leaves, another appears: one response with both.
@@ -647,7 +647,7 @@ async fn c02_leds_glob_on_the_per_type_delta_service() {
         );
     }
     b.add_encoded(xds_proto::EncodedResource::named(&late, &endpoint(85)).expect("lb"));
-    cache.set_snapshot("n1", b.build());
+    cache.set_snapshot("n1", b.build_unchecked());
     let r = leds.recv_type(LEDS).await;
     assert_eq!(delta_names(&r), [late]);
 }

@@ -20,7 +20,7 @@ fn snapshot(names: &[&str]) -> Snapshot {
     for name in names {
         b.add(&Cluster { name: (*name).into(), ..Default::default() }).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 fn cluster_version(cache: &SnapshotCache) -> String {

@@ -156,7 +156,7 @@ async fn s05_nack_is_recorded_and_not_resent_until_a_change() {
     // Rule S1: the NACK of clusters says nothing about listeners.
     let mut v2 = v1.to_builder();
     v2.add(&rds_listener("l2", "r")).expect("encode");
-    cache.set_snapshot("n1", v2.build());
+    cache.set_snapshot("n1", v2.build_unchecked());
     let lds2 = ads.recv_type(LDS).await;
     assert_eq!(sotw_names(&lds2), ["l", "l2"]);
     ads.ack(&lds2).await;
@@ -165,7 +165,7 @@ async fn s05_nack_is_recorded_and_not_resent_until_a_change() {
     // A change of clusters is sent.
     let mut v3 = v2.clone();
     v3.add(&cluster("a", "2")).expect("encode");
-    cache.set_snapshot("n1", v3.build());
+    cache.set_snapshot("n1", v3.build_unchecked());
     let cds2 = ads.recv_type(CDS).await;
     assert_ne!(cds2.version_info, cds.version_info);
     assert_eq!(decode_all::<Cluster>(&cds2)[0].alt_stat_name, "2");
@@ -414,7 +414,10 @@ async fn s11_full_state_deletion_and_later_existence() {
     assert_eq!(sotw_names(&r2), ["a", "c"]);
     ads.ack(&r2).await;
     // Everything deleted: an empty response deletes all.
-    cache.set_snapshot("n1", xds_cache::Snapshot::builder().declare(ResourceType::Cluster).build());
+    cache.set_snapshot(
+        "n1",
+        xds_cache::Snapshot::builder().declare(ResourceType::Cluster).build_unchecked(),
+    );
     let r3 = ads.recv_type(CDS).await;
     assert!(r3.resources.is_empty());
 }
