@@ -49,6 +49,37 @@
 //! }
 //! ```
 //!
+//! Routing by path to several clusters is a [`RouteTable`](proto::builders::RouteTable): virtual
+//! hosts by domain, routes by prefix or exact path (and exact header values) to one cluster or
+//! weighted clusters, each with an optional timeout, without writing the generated oneofs.
+//!
+//! ```
+//! use xds_server::prelude::*;
+//! use xds_server::proto::builders::{RouteRule, RouteTable, To, eds_cluster, endpoints};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let routes = RouteTable::new("local_route")
+//!     .virtual_host("api", ["api.example.com"], |vh| {
+//!         vh.prefix("/v1/", "api-v1")
+//!             .weighted_prefix("/v2/", [("api-v2", 90), ("api-v2-canary", 10)])
+//!             .route(
+//!                 RouteRule::prefix("/", To::cluster("api-v1"))
+//!                     .timeout(std::time::Duration::from_secs(5)),
+//!             )
+//!     })
+//!     .build();
+//! let mut snapshot = Snapshot::builder();
+//! snapshot.add(&routes)?;
+//! for cluster in ["api-v1", "api-v2", "api-v2-canary"] {
+//!     snapshot.add(&eds_cluster(cluster))?;
+//!     snapshot.add(&endpoints(cluster, &[("10.0.0.1", 8080)]))?;
+//! }
+//! // Every cluster the table names is in the snapshot, so the checked build passes.
+//! let snapshot = snapshot.build()?;
+//! assert_eq!(snapshot.len(), 7);
+//! # Ok(()) }
+//! ```
+//!
 //! Where to go next:
 //! - Other caches: [`cache::LinearCache`] (one type, resource by resource, e.g. endpoints),
 //!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory
