@@ -70,7 +70,7 @@ fn snapshot(tag: &str) -> Snapshot {
         .and_then(|b| b.add(&Secret { name: "s1".into(), ..Default::default() }))
         .map(|_| ());
     added.expect("the fixed resources encode");
-    b.build()
+    b.build_unchecked()
 }
 
 fn servers() -> &'static Servers {
@@ -79,20 +79,19 @@ fn servers() -> &'static Servers {
         let cache = SnapshotCache::by_node_id();
         cache.set_snapshot("n1", snapshot("one"));
         cache.set_snapshot("n2", snapshot("two"));
-        let quick = ServerConfig { fetch_timeout: Duration::from_millis(5), ..Default::default() };
-        let small = ServerConfig {
-            limits: Limits {
-                max_request_bytes: 512,
-                max_names_per_request: 4,
-                max_requests_per_second: 5,
-                request_burst: 3,
-                ..Limits::default()
-            },
-            allow_anonymous: true,
-            control_plane_id: Some("fuzz".into()),
-            custom_types: vec![CustomType::new(custom()).wildcard_capable(true)],
-            ..quick.clone()
-        };
+        let quick = ServerConfig::default().fetch_timeout(Duration::from_millis(5));
+        let small = quick
+            .clone()
+            .limits(
+                Limits::default()
+                    .max_request_bytes(512)
+                    .max_names_per_request(4)
+                    .max_requests_per_second(5)
+                    .request_burst(3),
+            )
+            .allow_anonymous(true)
+            .control_plane_id("fuzz")
+            .custom_types(vec![CustomType::new(custom()).wildcard_capable(true)]);
         let servers = [
             XdsServer::builder(cache.clone()).config(quick).build(),
             XdsServer::builder(cache.clone()).config(small).build(),

@@ -106,7 +106,7 @@ fn ten_thousand() -> Snapshot {
         b.add(&eds_cluster(&name)).unwrap();
         b.add(&cla(&name, 0)).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 fn snapshot_set_one_changed(c: &mut Criterion) {
@@ -119,14 +119,14 @@ fn snapshot_set_one_changed(c: &mut Criterion) {
             flip ^= 1;
             let mut next = cache.snapshot("group").unwrap().to_builder();
             next.add(black_box(&versions[flip])).unwrap();
-            let changed = cache.set_snapshot("group", next.build());
+            let changed = cache.set_snapshot("group", next.build_unchecked());
             assert_eq!(changed, 1);
         });
     });
 
     let cache = SnapshotCache::by_node_id();
     let first = ten_thousand();
-    let second = first.to_builder().add(&versions[1]).unwrap().build();
+    let second = first.to_builder().add(&versions[1]).unwrap().build_unchecked();
     cache.set_snapshot("group", first.clone());
     let snapshots = [first, second];
     let mut flip = 0;
@@ -145,7 +145,7 @@ fn clusters(prefix: &str, n: usize) -> Snapshot {
     for i in 0..n {
         b.add(&Cluster { name: format!("{prefix}-{i:07}"), ..Default::default() }).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 fn snapshot_clear_and_replace(c: &mut Criterion) {

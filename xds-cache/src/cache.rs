@@ -93,6 +93,7 @@ impl<C: Cache + ?Sized> Cache for Arc<C> {
 
 /// Why a cache cannot serve a watch. The server maps each to a gRPC status (or HTTP code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CacheError {
     /// The cache serves no resources of this type (rule S3): `InvalidArgument`.
     #[error("unknown resource type {}", xds_core::echo(type_url))]

@@ -27,7 +27,7 @@
 //! let mut snapshot = Snapshot::builder();
 //! snapshot.add(&ClusterLoadAssignment { cluster_name: "web".into(), ..Default::default() })?;
 //! snapshot.add(&Cluster { name: "web".into(), ..Default::default() })?;
-//! cache.set_snapshot("node-1", snapshot.build_consistent()?);
+//! cache.set_snapshot("node-1", snapshot.build()?);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -38,6 +38,7 @@ pub struct LinearCache {
 
 /// An update of a `LinearCache` that did not apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LinearError {
     /// The resource could not be encoded (it has no name).
     #[error(transparent)]

@@ -154,7 +154,7 @@ async fn no_lost_signal_with_set_snapshot_writers_and_48_delta_watchers() {
                             b.remove(&url(CDS), &name);
                         }
                     }
-                    cache.set_snapshot(&group, b.build());
+                    cache.set_snapshot(&group, b.build_unchecked());
                 }
                 for k in 0..NAMES_PER_WRITER {
                     if k % 2 == 0 {
@@ -163,7 +163,7 @@ async fn no_lost_signal_with_set_snapshot_writers_and_48_delta_watchers() {
                         b.remove(&url(CDS), &owned_name(w, k));
                     }
                 }
-                cache.set_snapshot(&group, b.build());
+                cache.set_snapshot(&group, b.build_unchecked());
             })
         })
         .collect();
@@ -281,7 +281,10 @@ fn a_first_set_snapshot_racing_the_last_watch_drop_is_not_lost() {
     for i in 0..RACES {
         let group = format!("g{i}");
         thread::yield_now();
-        cache.set_snapshot(&group, Snapshot::builder().add(&cluster("a", "1")).unwrap().build());
+        cache.set_snapshot(
+            &group,
+            Snapshot::builder().add(&cluster("a", "1")).unwrap().build_unchecked(),
+        );
         // A group with a snapshot is never forgotten, so this is a lost update.
         if cache.snapshot(&group).is_none() {
             lost.push(group);
@@ -320,7 +323,10 @@ fn a_watch_opened_while_its_group_is_forgotten_still_gets_snapshots() {
         let mut client = SotwClient::open(&cache, &node(&group), CDS);
         barrier.wait();
         let _ = client.subscribe(&[], "");
-        cache.set_snapshot(&group, Snapshot::builder().add(&cluster("a", "1")).unwrap().build());
+        cache.set_snapshot(
+            &group,
+            Snapshot::builder().add(&cluster("a", "1")).unwrap().build_unchecked(),
+        );
         if client.poll().is_none() {
             orphaned.push(group);
         }

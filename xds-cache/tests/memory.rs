@@ -62,7 +62,7 @@ fn shared_resources_and_the_cost_of_a_watch() {
     for i in 0..1_000 {
         builder.add(&cla(i)).unwrap();
     }
-    let snapshot = builder.build();
+    let snapshot = builder.build_unchecked();
     let cache = SnapshotCache::by_node_id();
     let before = live();
     cache.set_snapshot("group-0", snapshot.clone());

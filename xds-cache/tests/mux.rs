@@ -14,7 +14,7 @@ fn setup() -> (LinearCache, SnapshotCache) {
     let mut b = Snapshot::builder();
     b.add(&cluster("from-snapshot", "1")).unwrap();
     b.add(&cla("shadowed", 0)).unwrap(); // EDS is routed elsewhere: never served from here
-    snapshots.set_snapshot("n", b.build());
+    snapshots.set_snapshot("n", b.build_unchecked());
     (endpoints, snapshots)
 }
 

@@ -46,7 +46,7 @@ fn snapshot_of(clusters: &[(&str, &str)], endpoints: &[&str]) -> Snapshot {
     for name in endpoints {
         b.add(&cla(name, 1)).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 /// The three streams of node `envoy-2`: wildcard CDS over SotW and delta, EDS by name over SotW.

@@ -15,7 +15,7 @@ fn clusters(names_: &[&str]) -> Snapshot {
     for n in names_ {
         b.add(&cluster(n, "1")).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 // ---- rule O3 ----
@@ -48,16 +48,19 @@ fn o3_missing_endpoints_and_routes_are_listed_by_name() {
             },
         ],
     };
-    assert_eq!(b.build().check_consistency(), Err(expected.clone()));
-    assert_eq!(b.build_consistent().unwrap_err(), expected, "build_consistent refuses");
+    assert_eq!(b.build_unchecked().check_consistency(), Err(expected.clone()));
+    assert_eq!(b.build().unwrap_err(), expected, "build refuses");
+    #[allow(deprecated)]
+    let alias = b.build_consistent();
+    assert_eq!(alias.unwrap_err(), expected, "the deprecated build_consistent is build");
     let message = expected.to_string();
     for name in ["\"a\"", "\"b-svc\"", "\"r1\""] {
         assert!(message.contains(name), "{message} names {name}");
     }
 
     b.add(&cla("a", 0)).unwrap().add(&cla("b-svc", 0)).unwrap().add(&route_config("r1")).unwrap();
-    assert_eq!(b.build().check_consistency(), Ok(()));
-    assert_eq!(b.build_consistent().unwrap().len(), 9);
+    assert_eq!(b.build_unchecked().check_consistency(), Ok(()));
+    assert_eq!(b.build().unwrap().len(), 9);
 }
 
 /// Rule O3 for LEDS (rule C2): an assignment whose locality names a glob collection with no
@@ -95,8 +98,8 @@ fn o03_an_assignment_naming_an_empty_leds_collection_is_reported() {
             missing: Reference::new(ResourceType::LbEndpoint, collection.clone()),
         }],
     };
-    assert_eq!(b.build().check_consistency(), Err(expected.clone()));
-    assert!(!b.build().resolves(&expected.missing[0].missing));
+    assert_eq!(b.build_unchecked().check_consistency(), Err(expected.clone()));
+    assert!(!b.build_unchecked().resolves(&expected.missing[0].missing));
     assert_eq!(
         expected.to_string(),
         format!(
@@ -105,7 +108,7 @@ fn o03_an_assignment_naming_an_empty_leds_collection_is_reported() {
     );
     // One member, its parameters in another order than the assignment's.
     b.add_encoded(member(&lb("svc/zone-a/e1?env=prod&b=1")));
-    assert_eq!(b.build().check_consistency(), Ok(()));
+    assert_eq!(b.build_unchecked().check_consistency(), Ok(()));
     assert!(b.resolves(&expected.missing[0].missing));
 }
 
@@ -120,7 +123,13 @@ fn s11_wildcard_cds_gets_every_cluster_and_a_removal_omits_it() {
     assert_eq!(sotw_names(&cds.expect()), names(&["a", "b", "c"]));
 
     // One cluster changes: the response still carries all of them.
-    let next = cache.snapshot("n").unwrap().to_builder().add(&cluster("a", "2")).unwrap().build();
+    let next = cache
+        .snapshot("n")
+        .unwrap()
+        .to_builder()
+        .add(&cluster("a", "2"))
+        .unwrap()
+        .build_unchecked();
     cache.set_snapshot("n", next);
     assert!(take_raised(&cds.signal));
     let r = cds.expect();
@@ -128,7 +137,7 @@ fn s11_wildcard_cds_gets_every_cluster_and_a_removal_omits_it() {
     assert_eq!(r.resources[0].version(), enc(&cluster("a", "2")).version());
 
     // One is removed: its absence is the removal.
-    let next = cache.snapshot("n").unwrap().to_builder().remove(&url(CDS), "b").build();
+    let next = cache.snapshot("n").unwrap().to_builder().remove(&url(CDS), "b").build_unchecked();
     cache.set_snapshot("n", next);
     assert!(take_raised(&cds.signal));
     assert_eq!(sotw_names(&cds.expect()), names(&["a", "c"]));
@@ -142,26 +151,26 @@ fn s13_a_name_requested_before_it_exists_is_sent_when_it_appears() {
     let cache = SnapshotCache::by_node_id();
     let mut b = Snapshot::builder();
     b.add(&cla("a", 0)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut eds = SotwClient::open(&cache, &node("n"), EDS);
     let _ = eds.subscribe(&["a", "later"], "");
     assert_eq!(sotw_names(&eds.expect()), names(&["a"]));
     assert!(eds.poll().is_none());
 
     b.add(&cla("later", 0)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     assert!(take_raised(&eds.signal));
     assert_eq!(sotw_names(&eds.expect()), names(&["later"]));
 
     // The same for a named CDS subscription (full state: with what it already had).
     let mut b = Snapshot::builder();
     b.add(&cluster("x", "1")).unwrap();
-    cache.set_snapshot("m", b.build());
+    cache.set_snapshot("m", b.build_unchecked());
     let mut cds = SotwClient::open(&cache, &node("m"), CDS);
     let _ = cds.subscribe(&["x", "y"], "");
     assert_eq!(sotw_names(&cds.expect()), names(&["x"]));
     b.add(&cluster("y", "1")).unwrap();
-    cache.set_snapshot("m", b.build());
+    cache.set_snapshot("m", b.build_unchecked());
     assert!(take_raised(&cds.signal));
     assert_eq!(sotw_names(&cds.expect()), names(&["x", "y"]));
 }
@@ -183,7 +192,13 @@ fn s15_reconnect_at_the_current_version_gets_nothing_a_stale_one_everything() {
     let _ = again.subscribe(&[], &version);
     assert!(again.poll().is_none(), "the client holds this version");
     // It still hears of later changes.
-    let next = cache.snapshot("n").unwrap().to_builder().add(&cluster("c", "1")).unwrap().build();
+    let next = cache
+        .snapshot("n")
+        .unwrap()
+        .to_builder()
+        .add(&cluster("c", "1"))
+        .unwrap()
+        .build_unchecked();
     cache.set_snapshot("n", next);
     assert!(take_raised(&again.signal));
     assert_eq!(sotw_names(&again.expect()), names(&["a", "b", "c"]));
@@ -211,8 +226,8 @@ fn s16_same_content_gives_same_versions_whatever_the_order_or_history() {
     }
     // The second cache gets there through another snapshot first.
     two.set_snapshot("n", clusters(&["a", "z"]));
-    one.set_snapshot("n", forward.build());
-    two.set_snapshot("n", backward.build());
+    one.set_snapshot("n", forward.build_unchecked());
+    two.set_snapshot("n", backward.build_unchecked());
 
     let (s1, s2) = (one.status("n").unwrap(), two.status("n").unwrap());
     assert_eq!(s1.versions, s2.versions);
@@ -227,7 +242,7 @@ fn s16_same_content_gives_same_versions_whatever_the_order_or_history() {
     let _ = (c1.subscribe(&[], ""), c2.subscribe(&[], ""));
     assert_eq!(c1.expect().version_info, c2.expect().version_info);
 
-    two.set_snapshot("n", forward.add(&cluster("c", "2")).unwrap().build());
+    two.set_snapshot("n", forward.add(&cluster("c", "2")).unwrap().build_unchecked());
     assert_ne!(one.status("n").unwrap().versions, two.status("n").unwrap().versions);
 }
 
@@ -239,7 +254,7 @@ fn d05_a_deleted_resource_is_in_removed_resources() {
     let mut b = Snapshot::builder();
     b.add(&cluster("a", "1")).unwrap().add(&cluster("b", "1")).unwrap();
     b.add(&cla("x", 0)).unwrap().add(&cla("y", 0)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
     let _ = cds.request(&[], &[]);
     assert_eq!(delta_names(&cds.expect()), names(&["a", "b"]));
@@ -248,7 +263,7 @@ fn d05_a_deleted_resource_is_in_removed_resources() {
     assert_eq!(delta_names(&eds.expect()), names(&["x", "y"]));
 
     b.remove(&url(CDS), "b").remove(&url(EDS), "y");
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     assert!(take_raised(&cds.signal) && take_raised(&eds.signal));
     let r = cds.expect();
     assert!(r.resources.is_empty());
@@ -259,7 +274,7 @@ fn d05_a_deleted_resource_is_in_removed_resources() {
 
     // Still subscribed: it comes back when it exists again (rule D6's second half).
     b.add(&cla("y", 1)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     assert_eq!(
         delta_items(&eds.expect()),
         vec![("y".into(), Some(enc(&cla("y", 1)).version().into()))]
@@ -271,7 +286,7 @@ fn d06_a_subscribed_name_that_does_not_exist_is_answered_at_once() {
     let cache = SnapshotCache::by_node_id();
     let mut b = Snapshot::builder();
     b.add(&cla("a", 0)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut eds = DeltaClient::open(&cache, &node("n"), EDS);
     let _ = eds.request(&["a", "nope"], &[]);
     let r = eds.expect();
@@ -283,7 +298,7 @@ fn d06_a_subscribed_name_that_does_not_exist_is_answered_at_once() {
     assert!(eds.poll().is_none(), "told once");
 
     b.add(&cla("nope", 0)).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     assert!(take_raised(&eds.signal));
     assert_eq!(delta_names(&eds.expect()), names(&["nope"]));
 }
@@ -294,7 +309,7 @@ fn d07_a_reconnecting_client_gets_only_what_differs_and_removals() {
     let mut b = Snapshot::builder();
     b.add(&cluster("same", "1")).unwrap().add(&cluster("changed", "2")).unwrap();
     b.add(&cluster("new", "1")).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
     let held_same = enc(&cluster("same", "1"));
     let held_changed = enc(&cluster("changed", "1"));
@@ -337,7 +352,7 @@ fn set_snapshot_signals_only_the_changed_type_and_reencodes_nothing_else() {
         b.add(&cluster(&format!("c{i:03}"), "1")).unwrap();
         b.add(&listener(&format!("l{i:03}"), "1")).unwrap();
     }
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut cds = DeltaClient::open(&cache, &node("n"), CDS);
     let lds = SotwClient::open(&cache, &node("n"), LDS);
     let _ = cds.request(&[], &[]);
@@ -349,7 +364,7 @@ fn set_snapshot_signals_only_the_changed_type_and_reencodes_nothing_else() {
 
     let mut next = cache.snapshot("n").unwrap().to_builder();
     next.add(&cluster("c042", "2")).unwrap();
-    assert_eq!(cache.set_snapshot("n", next.build()), 1);
+    assert_eq!(cache.set_snapshot("n", next.build_unchecked()), 1);
     assert!(take_raised(&cds.signal));
     assert!(!take_raised(&lds.signal), "no listener changed");
     let r = cds.expect();
@@ -470,7 +485,7 @@ fn d09_d10_virtual_hosts_are_found_by_alias() {
     let mut b = Snapshot::builder();
     b.add(&virtual_host("rc/vh1", &["foo.com", "*.bar.com"])).unwrap();
     b.add(&virtual_host("other/vh", &["nope.com"])).unwrap(); // another route configuration
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     let mut vhds = DeltaClient::open(&cache, &node("n"), VHDS);
     let _ = vhds.request(&["rc/foo.com", "rc/x.bar.com", "rc/nope.com"], &[]);
     let r = vhds.expect();
@@ -489,7 +504,7 @@ fn d09_d10_virtual_hosts_are_found_by_alias() {
 
     // A virtual host for the unknown host appears: it is sent, under its name, with the alias.
     b.add(&virtual_host("rc/vh2", &["nope.com"])).unwrap();
-    cache.set_snapshot("n", b.build());
+    cache.set_snapshot("n", b.build_unchecked());
     assert!(take_raised(&vhds.signal));
     let r = vhds.expect();
     let vh2 = cache.get("n", &url(VHDS), "rc/vh2").unwrap();
@@ -516,7 +531,7 @@ fn a_derived_snapshot_is_applied_by_its_touched_names() {
     for i in 0..100 {
         builder.add(&cluster(&format!("c{i}"), "1")).unwrap();
     }
-    let first = builder.build();
+    let first = builder.build_unchecked();
     assert_eq!(cache.set_snapshot("g", first.clone()), 100);
     assert_eq!(cache.set_snapshot("g", first.clone()), 0, "the same snapshot again");
 
@@ -525,7 +540,7 @@ fn a_derived_snapshot_is_applied_by_its_touched_names() {
     next.add(&cluster("c2", "1")).unwrap(); // the same content: not a change
     next.remove(&xds_proto::TypeUrl::from(ResourceType::Cluster), "c3");
     next.add(&cluster("new", "1")).unwrap();
-    let second = next.build();
+    let second = next.build_unchecked();
     assert!(!second.is_same(&first));
     assert_eq!(cache.set_snapshot("g", second.clone()), 3);
     let t = xds_proto::TypeUrl::from(ResourceType::Cluster);
@@ -536,7 +551,11 @@ fn a_derived_snapshot_is_applied_by_its_touched_names() {
     // Derived from a snapshot the group no longer serves: compared in full, still exact.
     let mut stale = first.to_builder();
     stale.add(&cluster("c50", "3")).unwrap();
-    assert_eq!(cache.set_snapshot("g", stale.build()), 4, "c1, c3, new back as in first; c50");
+    assert_eq!(
+        cache.set_snapshot("g", stale.build_unchecked()),
+        4,
+        "c1, c3, new back as in first; c50"
+    );
     assert!(cache.get("g", &t, "new").is_none());
     assert!(cache.get("g", &t, "c3").is_some());
 }

@@ -30,7 +30,7 @@ fn a_node_whose_group_has_nothing_is_logged_once() {
     let subscriber =
         tracing_subscriber::fmt().with_ansi(false).with_writer(move || sink.clone()).finish();
     let cache = SnapshotCache::by_node_id();
-    cache.set_snapshot("served", xds_cache::Snapshot::builder().build());
+    cache.set_snapshot("served", xds_cache::Snapshot::builder().build_unchecked());
     let mut watches = Vec::new();
     tracing::subscriber::with_default(subscriber, || {
         for (id, t) in [

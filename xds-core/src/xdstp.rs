@@ -47,6 +47,7 @@ pub const MAX_NAME_BYTES: usize = 4096;
 
 /// Why a string is not a valid `xdstp://` name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum XdstpError {
     /// The string does not start with `xdstp://`.
     #[error("not an xdstp:// name")]

@@ -331,12 +331,10 @@ fn d10_virtual_hosts_are_resent_after_a_route_configuration_change() {
 #[test]
 fn s02_s03_admit_checks_node_type_and_limits() {
     let now = Instant::now();
-    let config = StreamConfig {
-        max_names_per_request: 2,
-        request_burst: 3,
-        max_requests_per_second: 1,
-        ..StreamConfig::default()
-    };
+    let config = StreamConfig::default()
+        .max_names_per_request(2)
+        .request_burst(3)
+        .max_requests_per_second(1);
     let mut cds: Stream<&str, T, Sotw, Res> = Stream::per_type(&T::Cds, config, now);
     assert_eq!(cds.admit(None, "", 0, now), Err(StreamError::MissingNode));
     let admitted = cds.admit(Some("n"), "", 0, now).unwrap();
@@ -372,7 +370,7 @@ fn delta_subscriptions_are_bounded_across_requests() {
     // Each request is small, but delta subscriptions add up: the stream ends when one type's
     // subscription passes the limit, naming it.
     let now = Instant::now();
-    let config = StreamConfig { max_subscribed_names: 3, ..StreamConfig::default() };
+    let config = StreamConfig::default().max_subscribed_names(3);
     let mut s: Stream<&str, T, Delta, Res> = Stream::aggregated(config, now);
     let eds = T::Eds.type_url();
     let _ = s.admit(Some("n"), eds, 2, now).unwrap();
@@ -395,7 +393,7 @@ fn c01_refused_names_count_against_the_subscription_bound() {
     // A refused xdstp name never enters the subscription, but the sub-stream remembers it so as
     // to tell of it once: it counts against the bound like a subscribed name.
     let now = Instant::now();
-    let config = StreamConfig { max_subscribed_names: 3, ..StreamConfig::default() };
+    let config = StreamConfig::default().max_subscribed_names(3);
     let mut s: Stream<&str, T, Delta, Res> = Stream::aggregated(config, now);
     let eds = T::Eds.type_url();
     let _ = s.admit(Some("n"), eds, 2, now).unwrap();

@@ -52,6 +52,7 @@ pub struct Published {
 
 /// Why a publish failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PublishError {
     /// A group name cannot be a key segment.
     #[error(

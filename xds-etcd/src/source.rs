@@ -272,7 +272,7 @@ impl Mirror {
         let mut next = BTreeMap::new();
         let mut change = Change::default();
         for (group, builder) in builders {
-            let snapshot = builder.build_consistent().map_err(|e| in_group(&group, &e))?;
+            let snapshot = builder.build().map_err(|e| in_group(&group, &e))?;
             next.insert(group.clone(), snapshot);
             change.changed.insert(group);
         }
@@ -315,7 +315,7 @@ impl Mirror {
                     }
                 }
             }
-            let snapshot = builder.build();
+            let snapshot = builder.build_unchecked();
             if whole {
                 snapshot.check_consistency().map_err(|e| in_group(group, &e))?;
             } else {

@@ -30,6 +30,7 @@ struct Inner {
 
 /// Why a message could not become an [`EncodedResource`].
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The message has no name field of its own and none was given (an LEDS `LbEndpoint`).
     #[error("a {type_url} resource carries no name: give one with `EncodedResource::named`")]

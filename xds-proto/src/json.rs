@@ -38,6 +38,7 @@ pub use stream::{
 
 /// Why a message could not be read from or written to JSON or YAML.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum JsonError {
     /// The text is not well-formed JSON or YAML.
     #[error("syntax error: {message}")]

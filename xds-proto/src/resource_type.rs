@@ -190,6 +190,7 @@ pub enum TypeUrl {
 
 /// A custom resource type: any protobuf message with a name, served by type URL.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CustomType {
     type_url: Arc<str>,
     wildcard_capable: bool,

@@ -321,6 +321,66 @@ fn the_builders_validate_clean() {
 }
 
 #[test]
+fn a_route_table_validates_clean_and_comes_out_as_written() {
+    use xds_proto::builders::{RouteRule, RouteTable, To};
+    use xds_proto::pb::envoy::config::route::v3::{route, route_action, route_match};
+    let build = || {
+        RouteTable::new("local_route")
+            .virtual_host("api", ["api.example.com", "api.internal"], |vh| {
+                vh.prefix("/v1/", "api-v1")
+                    .weighted_prefix("/v2/", [("api-v2", 90), ("api-v2-canary", 10)])
+                    .path("/exact", "exact")
+                    .route(
+                        RouteRule::prefix("/", To::cluster("canary"))
+                            .header("x-canary", "1")
+                            .timeout(std::time::Duration::from_millis(1500)),
+                    )
+            })
+            .virtual_host("any", ["*"], |vh| vh.prefix("/", "web"))
+            .build()
+    };
+    let table = build();
+    validate(&table).unwrap();
+    // The same table, the same bytes (and so the same version).
+    assert_eq!(table.encode_to_vec(), build().encode_to_vec());
+    assert_eq!(table.name, "local_route");
+    let names: Vec<_> = table.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["api", "any"]);
+    assert_eq!(table.virtual_hosts[0].domains, ["api.example.com", "api.internal"]);
+    let api = &table.virtual_hosts[0].routes;
+    assert_eq!(api.len(), 4);
+    let action = |i: usize| match &api[i].action {
+        Some(route::Action::Route(a)) => a.clone(),
+        other => panic!("{other:?}"),
+    };
+    let path = |i: usize| api[i].r#match.as_ref().unwrap().path_specifier.clone().unwrap();
+    assert_eq!(path(0), route_match::PathSpecifier::Prefix("/v1/".into()));
+    assert_eq!(path(2), route_match::PathSpecifier::Path("/exact".into()));
+    let Some(route_action::ClusterSpecifier::WeightedClusters(w)) = action(1).cluster_specifier
+    else {
+        panic!("weighted")
+    };
+    let weights: Vec<_> =
+        w.clusters.iter().map(|c| (c.name.as_str(), c.weight.unwrap().value)).collect();
+    assert_eq!(weights, [("api-v2", 90), ("api-v2-canary", 10)]);
+    let timeout = action(3).timeout.unwrap();
+    assert_eq!((timeout.seconds, timeout.nanos), (1, 500_000_000));
+    assert_eq!(api[3].r#match.as_ref().unwrap().headers[0].name, "x-canary");
+    assert!(action(0).timeout.is_none());
+    // Every cluster it routes to is a reference the cache's consistency check follows.
+    let refs = xds_proto::references(&table);
+    for cluster in ["api-v1", "api-v2", "api-v2-canary", "exact", "canary", "web"] {
+        assert!(
+            refs.contains(&xds_proto::Reference::new(xds_proto::ResourceType::Cluster, cluster)),
+            "{cluster}: {refs:?}"
+        );
+    }
+    // A broken name is caught like any builder's output.
+    let bad = RouteTable::new("r").virtual_host("", ["*"], |vh| vh.prefix("/", "")).build();
+    assert!(validate(&bad).is_err());
+}
+
+#[test]
 fn the_shipped_default_config_validates_clean() {
     let yaml = include_str!("../../examples/xds-file-server/config/default.yaml");
     let config = xds_proto::yaml_to_json(yaml).unwrap();

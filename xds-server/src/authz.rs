@@ -5,9 +5,24 @@
 //! whole [`Node`] the request carries (id, cluster, metadata, locality: whatever the cache's
 //! grouping reads) and the type requested. A refusal ends the request with `PERMISSION_DENIED`
 //! (gRPC) or `403` (REST), naming the node; no data is sent.
+//!
+//! **The one way to refuse.** Deciding who may read what belongs here, in the
+//! [`Authorizer`] given to [`XdsServerBuilder::authorizer`](crate::XdsServerBuilder::authorizer):
+//! it is the only hook every entry asks (streams, fetch, REST, CSDS, load and health reports)
+//! and the only one asked per resource name. [`Callbacks`](crate::Callbacks) observe; the
+//! [`Refusal`] some of them may return still ends a stream, for what only a stream's life shows
+//! (say, a rate of your own), but a policy written there leaves the other entries open.
+//!
+//! Ready policies: [`AllowAll`] (the default), [`AllowList`] (nodes the operator names, by id,
+//! cluster or certificate), [`NodeIdentity`] (the certificate must name the node, and the node
+//! must not pick another node's configuration). Your own: implement [`Authorizer`], or wrap a
+//! closure with [`from_fn`]; an `Arc` or `Box` of a policy is one too.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use xds_core::echo;
 
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
@@ -156,12 +171,74 @@ impl Authorizer for AllowAll {
     }
 }
 
-impl<F> Authorizer for F
+/// Shared policies: a control plane that also asks its policy itself (or a test that counts its
+/// calls) keeps an `Arc` of it and hands the server a clone. Both methods are forwarded.
+impl<T: Authorizer + ?Sized> Authorizer for Arc<T> {
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
+        (**self).authorize(request)
+    }
+
+    fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
+        (**self).authorize_resource(request, name)
+    }
+}
+
+/// A boxed policy (e.g. one chosen at start-up from the command line, as a
+/// `Box<dyn Authorizer>`). Both methods are forwarded.
+impl<T: Authorizer + ?Sized> Authorizer for Box<T> {
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
+        (**self).authorize(request)
+    }
+
+    fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
+        (**self).authorize_resource(request, name)
+    }
+}
+
+/// A policy written as a closure over the whole request: `authz::from_fn(|request| ...)`.
+///
+/// A wrapper rather than an implementation for every `Fn`: that one would keep `Arc<T>` and
+/// `Box<T>` from being policies themselves. Only [`Authorizer::authorize`] is the closure's;
+/// [`Authorizer::authorize_resource`] keeps its default (every name of an admitted request).
+///
+/// ```
+/// use xds_server::authz::{self, Access};
+/// use xds_server::{Refusal, XdsServer};
+/// # let cache = xds_server::cache::SnapshotCache::by_node_id();
+///
+/// // Only nodes of the `edge` cluster read configuration.
+/// let server = XdsServer::builder(cache)
+///     .authorizer(authz::from_fn(|request: &authz::Request<'_>| match request.access {
+///         Access::Resources { node, .. } if node.cluster != "edge" => {
+///             Err(Refusal("only the edge cluster is served".to_owned()))
+///         }
+///         _ => Ok(()),
+///     }))
+///     .build();
+/// ```
+pub fn from_fn<F>(f: F) -> FromFn<F>
+where
+    F: Fn(&Request<'_>) -> Result<(), Refusal> + Send + Sync + 'static,
+{
+    FromFn(f)
+}
+
+/// The policy [`from_fn`] makes of a closure.
+#[derive(Clone, Copy)]
+pub struct FromFn<F>(F);
+
+impl<F> std::fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FromFn")
+    }
+}
+
+impl<F> Authorizer for FromFn<F>
 where
     F: Fn(&Request<'_>) -> Result<(), Refusal> + Send + Sync + 'static,
 {
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
-        self(request)
+        (self.0)(request)
     }
 }
 
@@ -288,37 +365,13 @@ impl NodeIdentity {
 
     /// Checks the certificate chain names `node.id`.
     pub fn check_identity(&self, peer: &Peer, node: &Node) -> Result<(), Refusal> {
-        let Some(leaf) = peer.certificates.as_deref().and_then(|c| c.first()) else {
-            return Err(refusal(node, "a client certificate is required"));
-        };
-        let (_, cert) = x509_parser::parse_x509_certificate(leaf)
-            .map_err(|e| refusal(node, &format!("unreadable client certificate: {e}")))?;
-        let names: Vec<String> = match cert.subject_alternative_name() {
-            Ok(Some(san)) => san
-                .value
-                .general_names
-                .iter()
-                .filter_map(|n| match n {
-                    x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_owned()),
-                    x509_parser::extensions::GeneralName::URI(u) => Some((*u).to_owned()),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let names = certificate_names(peer).map_err(|why| refusal(node, &why))?;
         if !node.id.is_empty() && names.iter().any(|n| self.names_node(n, &node.id)) {
             return Ok(());
         }
-        let mut shown: Vec<String> = names.iter().take(4).map(|n| bounded(n, 128)).collect();
-        if names.len() > 4 {
-            shown.push(format!("and {} more", names.len() - 4));
-        }
         Err(refusal(
             node,
-            &format!(
-                "the client certificate does not name it (names: {})",
-                if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
-            ),
+            &format!("the client certificate does not name it (names: {})", shown(&names)),
         ))
     }
 
@@ -333,8 +386,8 @@ impl NodeIdentity {
             node,
             &format!(
                 "its cluster, metadata or locality selects group {:?}, not its own {:?}",
-                bounded(&selected, 128),
-                bounded(&own, 128)
+                echo(&selected).to_string(),
+                echo(&own).to_string()
             ),
         ))
     }
@@ -347,29 +400,189 @@ impl Authorizer for NodeIdentity {
                 self.check_identity(request.peer, node)?;
                 self.check_group(node)
             }
-            Access::ClientStatus if request.entry == Entry::Admin => Ok(()),
-            Access::ClientStatus => {
-                Err(Refusal("client status (CSDS) is served on the admin listener only".to_owned()))
-            }
+            Access::ClientStatus => client_status_on_admin_only(request.entry),
         }
     }
 }
 
-/// A refusal that names the node (bounded: the id is the peer's).
-pub(crate) fn refusal(node: &Node, why: &str) -> Refusal {
-    Refusal(format!("node {:?} refused: {why}", bounded(&node.id, 128)))
+/// The ready allow list: nodes the operator names, by node id, node cluster, the SPIFFE id of
+/// the peer's certificate, or a certificate that names the node (as [`NodeIdentity`] checks);
+/// every other request is refused with `PERMISSION_DENIED` and the reason.
+///
+/// Each list that was set must admit the request (they combine with *and*): `node_ids(["a",
+/// "b"])` with [`verified`](Self::verified) admits nodes `a` and `b`, each only with a client
+/// certificate that names it. A list set empty admits nobody, and an allow list with no list set
+/// admits nobody either: it fails closed.
+///
+/// **CSDS** (every client's status, which no node list can scope) is refused except on the admin
+/// router, as [`NodeIdentity`] does.
+///
+/// The lists are the operator's (configuration, flags), not a peer's: they are kept whole, and
+/// a refusal quotes only what the peer sent (bounded with [`xds_server::protocol::echo`]), never
+/// the list.
+///
+/// ```
+/// use xds_server::authz::{AllowList, NodeIdentity};
+/// use xds_server::XdsServer;
+/// # let cache = xds_server::cache::SnapshotCache::by_node_id();
+///
+/// // Two proxies of the `edge` cluster, each proving its id with a client certificate.
+/// let policy = AllowList::new()
+///     .node_ids(["edge-1", "edge-2"])
+///     .clusters(["edge"])
+///     .verified(NodeIdentity::new().trust_domain("mesh.example"));
+/// let server = XdsServer::builder(cache).authorizer(policy).build();
+/// ```
+///
+/// [`xds_server::protocol::echo`]: crate::protocol::echo
+#[derive(Clone, Debug, Default)]
+pub struct AllowList {
+    node_ids: Option<BTreeSet<String>>,
+    clusters: Option<BTreeSet<String>>,
+    spiffe_ids: Option<BTreeSet<String>>,
+    identity: Option<NodeIdentity>,
 }
 
-/// At most `max` bytes of `s`, cut at a character boundary.
-pub(crate) fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
+impl AllowList {
+    /// An allow list that admits nobody until a list is set.
+    pub fn new() -> Self {
+        Self::default()
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
+
+    /// Admits only nodes whose id is one of `ids` (exactly, case included). Called again, adds
+    /// to the list.
+    #[must_use]
+    pub fn node_ids(mut self, ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.node_ids.get_or_insert_default().extend(ids.into_iter().map(Into::into));
+        self
     }
-    format!("{}...", &s[..end])
+
+    /// Admits only nodes whose `cluster` is one of `clusters` (exactly). The cluster is the
+    /// peer's claim: without [`verified`](Self::verified) or
+    /// [`spiffe_ids`](Self::spiffe_ids), anyone who reaches the port can claim it.
+    #[must_use]
+    pub fn clusters(mut self, clusters: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.clusters.get_or_insert_default().extend(clusters.into_iter().map(Into::into));
+        self
+    }
+
+    /// Admits only peers whose verified client certificate carries one of `ids` as a URI
+    /// subject alternative name, whole (`spiffe://mesh.example/ns/prod/sa/edge`), whatever node
+    /// they claim to be: a workload identity allowed to read, not tied to one node id (for
+    /// that, use [`verified`](Self::verified)).
+    #[must_use]
+    pub fn spiffe_ids(mut self, ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.spiffe_ids.get_or_insert_default().extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// Admits only peers whose verified client certificate names the node they claim to be, as
+    /// `identity` decides ([`NodeIdentity::check_identity`]: a DNS or URI name equal to the id,
+    /// or a SPIFFE id of its trust domains). Its grouping check is not asked.
+    #[must_use]
+    pub fn verified(mut self, identity: NodeIdentity) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    fn check_node(&self, peer: &Peer, node: &Node) -> Result<(), Refusal> {
+        if self.node_ids.is_none()
+            && self.clusters.is_none()
+            && self.spiffe_ids.is_none()
+            && self.identity.is_none()
+        {
+            return Err(refusal(node, "the allow list is empty"));
+        }
+        if let Some(ids) = &self.node_ids
+            && !ids.contains(&node.id)
+        {
+            return Err(refusal(node, "its id is not on the allow list"));
+        }
+        if let Some(clusters) = &self.clusters
+            && !clusters.contains(&node.cluster)
+        {
+            return Err(refusal(
+                node,
+                &format!(
+                    "its cluster {:?} is not on the allow list",
+                    echo(&node.cluster).to_string()
+                ),
+            ));
+        }
+        if let Some(allowed) = &self.spiffe_ids {
+            let names = certificate_names(peer).map_err(|why| refusal(node, &why))?;
+            if !names.iter().any(|n| n.starts_with("spiffe://") && allowed.contains(n)) {
+                return Err(refusal(
+                    node,
+                    &format!(
+                        "the client certificate carries no SPIFFE id on the allow list (names: {})",
+                        shown(&names)
+                    ),
+                ));
+            }
+        }
+        if let Some(identity) = &self.identity {
+            identity.check_identity(peer, node)?;
+        }
+        Ok(())
+    }
+}
+
+impl Authorizer for AllowList {
+    fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
+        match request.access {
+            Access::Resources { node, .. } | Access::Report { node } => {
+                self.check_node(request.peer, node)
+            }
+            Access::ClientStatus => client_status_on_admin_only(request.entry),
+        }
+    }
+}
+
+/// CSDS (every client's status) only on the admin router: no node's identity scopes it.
+fn client_status_on_admin_only(entry: Entry) -> Result<(), Refusal> {
+    if entry == Entry::Admin {
+        return Ok(());
+    }
+    Err(Refusal("client status (CSDS) is served on the admin listener only".to_owned()))
+}
+
+/// The DNS and URI subject alternative names of the peer's leaf certificate; `Err` with the
+/// reason when there is no certificate or it cannot be read.
+fn certificate_names(peer: &Peer) -> Result<Vec<String>, String> {
+    let Some(leaf) = peer.certificates.as_deref().and_then(|c| c.first()) else {
+        return Err("a client certificate is required".to_owned());
+    };
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("unreadable client certificate: {e}"))?;
+    Ok(match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_owned()),
+                x509_parser::extensions::GeneralName::URI(u) => Some((*u).to_owned()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// A certificate's names for a refusal: the first four, each bounded with [`echo`], and how
+/// many more.
+fn shown(names: &[String]) -> String {
+    let mut shown: Vec<String> = names.iter().take(4).map(|n| echo(n).to_string()).collect();
+    if names.len() > 4 {
+        shown.push(format!("and {} more", names.len() - 4));
+    }
+    if shown.is_empty() { "none".to_owned() } else { shown.join(", ") }
+}
+
+/// A refusal that names the node (bounded with [`echo`]: the id is the peer's).
+pub(crate) fn refusal(node: &Node, why: &str) -> Refusal {
+    Refusal(format!("node {:?} refused: {why}", echo(&node.id).to_string()))
 }
 
 /// The server's authorization point: the secrets rule, then the configured policy.
@@ -483,6 +696,111 @@ mod tests {
         assert!(refused.0.contains("\"envoy-2\""), "{}", refused.0);
         let shared = p.shared_groups(["envoy-2"]);
         assert_eq!(ask(&shared, &envoy1, &node("envoy-1", "envoy-2")), Ok(()));
+    }
+
+    fn ask_as(
+        policy: &dyn Authorizer,
+        peer: &Peer,
+        node: &Node,
+        entry: Entry,
+    ) -> Result<(), Refusal> {
+        let t = TypeUrl::from(ResourceType::Cluster);
+        policy.authorize(&Request { peer, entry, access: Access::Resources { node, type_url: &t } })
+    }
+
+    #[test]
+    fn arcs_boxes_and_closures_are_authorizers() {
+        fn given(policy: impl Authorizer) -> Box<dyn Authorizer> {
+            Box::new(policy)
+        }
+        let only_a = from_fn(|r: &Request<'_>| match r.node() {
+            Some(n) if n.id == "a" => Ok(()),
+            _ => Err(Refusal("not a".to_owned())),
+        });
+        let shared = Arc::new(only_a);
+        let anyone = Peer::default();
+        for policy in [given(shared.clone()), given(Box::new(shared.clone())), given(only_a)] {
+            assert_eq!(ask_as(&*policy, &anyone, &node("a", ""), Entry::Stream), Ok(()));
+            assert!(ask_as(&*policy, &anyone, &node("b", ""), Entry::Stream).is_err());
+        }
+        // A boxed trait object is one as well (a policy picked at start-up).
+        let picked: Box<dyn Authorizer> = Box::new(AllowAll);
+        assert_eq!(ask_as(&given(picked), &anyone, &node("b", ""), Entry::Fetch), Ok(()));
+    }
+
+    #[test]
+    fn an_allow_list_admits_listed_ids_and_clusters_only() {
+        let anyone = Peer::default();
+        let ids = AllowList::new().node_ids(["edge-1", "edge-2"]);
+        assert_eq!(ask_as(&ids, &anyone, &node("edge-2", "x"), Entry::Stream), Ok(()));
+        let refused = ask_as(&ids, &anyone, &node("edge-3", ""), Entry::Rest).unwrap_err();
+        assert_eq!(refused.0, "node \"edge-3\" refused: its id is not on the allow list");
+        // Lists combine with "and".
+        let both = ids.clone().clusters(["edge"]);
+        assert_eq!(ask_as(&both, &anyone, &node("edge-1", "edge"), Entry::Stream), Ok(()));
+        let refused = ask_as(&both, &anyone, &node("edge-1", "core"), Entry::Stream).unwrap_err();
+        assert!(
+            refused.0.contains("its cluster \"core\" is not on the allow list"),
+            "{}",
+            refused.0
+        );
+        // Reports are admitted the same way.
+        let report = Request {
+            peer: &anyone,
+            entry: Entry::Stream,
+            access: Access::Report { node: &node("x", "") },
+        };
+        assert!(ids.authorize(&report).is_err());
+    }
+
+    #[test]
+    fn an_allow_list_fails_closed_and_bounds_what_it_quotes() {
+        let anyone = Peer::default();
+        let none = AllowList::new();
+        assert!(
+            ask_as(&none, &anyone, &node("a", ""), Entry::Stream).unwrap_err().0.contains("empty")
+        );
+        let empty = AllowList::new().node_ids(Vec::<String>::new());
+        assert!(ask_as(&empty, &anyone, &node("", ""), Entry::Stream).is_err());
+        let long = "x".repeat(10_000);
+        let refused =
+            ask_as(&AllowList::new().clusters(["c"]), &anyone, &node(&long, &long), Entry::Stream)
+                .unwrap_err();
+        assert!(refused.0.len() < 1_000, "{} bytes", refused.0.len());
+        assert!(refused.0.contains("(10000 bytes)"), "{}", refused.0);
+        // CSDS only on the admin router.
+        let csds =
+            |entry| none.authorize(&Request { peer: &anyone, entry, access: Access::ClientStatus });
+        assert!(csds(Entry::Csds).is_err());
+        assert_eq!(csds(Entry::Admin), Ok(()));
+    }
+
+    #[test]
+    fn an_allow_list_reads_spiffe_ids_and_verified_node_names() {
+        let edge = peer(&["spiffe://mesh.example/ns/prod/sa/edge"]);
+        let other = peer(&["spiffe://mesh.example/ns/dev/sa/edge"]);
+        let workloads = AllowList::new().spiffe_ids(["spiffe://mesh.example/ns/prod/sa/edge"]);
+        // The workload may speak as any node...
+        assert_eq!(ask_as(&workloads, &edge, &node("edge-7", ""), Entry::Stream), Ok(()));
+        let refused = ask_as(&workloads, &other, &node("edge-7", ""), Entry::Stream).unwrap_err();
+        assert!(
+            refused.0.contains("no SPIFFE id on the allow list") && refused.0.contains("ns/dev"),
+            "{}",
+            refused.0
+        );
+        assert!(
+            ask_as(&workloads, &Peer::default(), &node("edge-7", ""), Entry::Stream)
+                .unwrap_err()
+                .0
+                .contains("certificate is required")
+        );
+        // ... unless the certificate must name the node too.
+        let verified =
+            AllowList::new().node_ids(["envoy-1", "envoy-2"]).verified(NodeIdentity::new());
+        let envoy1 = peer(&["envoy-1"]);
+        assert_eq!(ask_as(&verified, &envoy1, &node("envoy-1", ""), Entry::Stream), Ok(()));
+        assert!(ask_as(&verified, &envoy1, &node("envoy-2", ""), Entry::Stream).is_err());
+        assert!(ask_as(&verified, &envoy1, &node("envoy-3", ""), Entry::Stream).is_err());
     }
 
     #[test]

@@ -65,12 +65,22 @@ pub struct Nack<'a> {
     pub error: &'a ErrorDetail,
 }
 
-/// Why a callback refused a stream: the client gets `PermissionDenied` with this message.
+/// Why a request is refused: the client gets `PermissionDenied` (or `403` over REST) with this
+/// message. What an [`Authorizer`](crate::Authorizer) returns; a stream callback may return one
+/// too (see [`Callbacks`] for which to use).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Refusal(pub String);
 
-/// Observes (and may refuse) streams and requests. Every method has a no-op default.
+/// Observes streams and requests. Every method has a no-op default.
+///
+/// **To refuse, use an [`Authorizer`](crate::Authorizer)**, not a callback: the authorizer is
+/// asked by every entry (streams, unary and REST fetch, CSDS, load and health reports) and for
+/// every resource name, where [`on_stream_open`](Self::on_stream_open) and
+/// [`on_node`](Self::on_node) see gRPC streams only and
+/// [`on_fetch_request`](Self::on_fetch_request) cannot refuse at all. Their [`Refusal`] keeps
+/// working, for what only a stream's life shows (a cap of your own per node, say); a policy of
+/// who may read what written there leaves the other entries open.
 ///
 /// Stream callbacks run on the stream's task, in the order things happened, with no lock of the
 /// server held: a callback may call anything on the server, `status()` included. On a

@@ -8,6 +8,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 /// Limits that keep one client from hurting the server or other clients. Each limit hit ends
 /// only the offending stream or request, with a status that names the limit.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Limits {
     /// The largest request message accepted, in bytes (`ResourceExhausted` beyond; default 4 MiB).
     pub max_request_bytes: usize,
@@ -34,6 +35,66 @@ pub struct Limits {
     /// The largest `Node` accepted, encoded, in bytes: metadata, locality, extensions and all
     /// (`InvalidArgument` beyond; default 64 KiB, well above what Envoy or Istio send).
     pub max_node_bytes: usize,
+}
+
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `Limits::default()`.
+impl Limits {
+    /// Sets `max_request_bytes` (see the field).
+    #[must_use]
+    pub fn max_request_bytes(mut self, value: usize) -> Self {
+        self.max_request_bytes = value;
+        self
+    }
+
+    /// Sets `max_names_per_request` (see the field).
+    #[must_use]
+    pub fn max_names_per_request(mut self, value: usize) -> Self {
+        self.max_names_per_request = value;
+        self
+    }
+
+    /// Sets `max_streams` (see the field).
+    #[must_use]
+    pub fn max_streams(mut self, value: usize) -> Self {
+        self.max_streams = value;
+        self
+    }
+
+    /// Sets `max_requests_per_second` (see the field).
+    #[must_use]
+    pub fn max_requests_per_second(mut self, value: u32) -> Self {
+        self.max_requests_per_second = value;
+        self
+    }
+
+    /// Sets `request_burst` (see the field).
+    #[must_use]
+    pub fn request_burst(mut self, value: u32) -> Self {
+        self.request_burst = value;
+        self
+    }
+
+    /// Sets `max_subscribed_names` (see the field).
+    #[must_use]
+    pub fn max_subscribed_names(mut self, value: usize) -> Self {
+        self.max_subscribed_names = value;
+        self
+    }
+
+    /// Sets `max_node_id_bytes` (see the field).
+    #[must_use]
+    pub fn max_node_id_bytes(mut self, value: usize) -> Self {
+        self.max_node_id_bytes = value;
+        self
+    }
+
+    /// Sets `max_node_bytes` (see the field).
+    #[must_use]
+    pub fn max_node_bytes(mut self, value: usize) -> Self {
+        self.max_node_bytes = value;
+        self
+    }
 }
 
 impl Limits {
@@ -77,6 +138,7 @@ impl Default for Limits {
 
 /// How the server behaves.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// Limits per request and stream.
     pub limits: Limits,
@@ -130,6 +192,87 @@ pub struct ServerConfig {
     pub unserved_timeout: Option<Duration>,
 }
 
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `ServerConfig::default()`.
+impl ServerConfig {
+    /// Sets `limits` (see the field).
+    #[must_use]
+    pub fn limits(mut self, value: Limits) -> Self {
+        self.limits = value;
+        self
+    }
+
+    /// Sets `allow_anonymous` (see the field).
+    #[must_use]
+    pub fn allow_anonymous(mut self, value: bool) -> Self {
+        self.allow_anonymous = value;
+        self
+    }
+
+    /// Sets `control_plane_id` (see the field) to `Some(value)`.
+    #[must_use]
+    pub fn control_plane_id(mut self, value: impl Into<String>) -> Self {
+        self.control_plane_id = Some(value.into());
+        self
+    }
+
+    /// Sets `custom_types` (see the field), replacing the list.
+    #[must_use]
+    pub fn custom_types(mut self, values: impl IntoIterator<Item = CustomType>) -> Self {
+        self.custom_types = values.into_iter().collect();
+        self
+    }
+
+    /// Sets `fetch_timeout` (see the field).
+    #[must_use]
+    pub fn fetch_timeout(mut self, value: Duration) -> Self {
+        self.fetch_timeout = value;
+        self
+    }
+
+    /// Sets `shutdown_grace` (see the field).
+    #[must_use]
+    pub fn shutdown_grace(mut self, value: Duration) -> Self {
+        self.shutdown_grace = value;
+        self
+    }
+
+    /// Sets `join_permits` (see the field).
+    #[must_use]
+    pub fn join_permits(mut self, value: usize) -> Self {
+        self.join_permits = value;
+        self
+    }
+
+    /// Sets `join_timeout` (see the field).
+    #[must_use]
+    pub fn join_timeout(mut self, value: Duration) -> Self {
+        self.join_timeout = value;
+        self
+    }
+
+    /// Sets `resource_errors` (see the field).
+    #[must_use]
+    pub fn resource_errors(mut self, value: bool) -> Self {
+        self.resource_errors = value;
+        self
+    }
+
+    /// Sets `join_max_wait` (see the field).
+    #[must_use]
+    pub fn join_max_wait(mut self, value: Duration) -> Self {
+        self.join_max_wait = value;
+        self
+    }
+
+    /// Sets `unserved_timeout` (see the field): a `Duration`, or `None` to wait.
+    #[must_use]
+    pub fn unserved_timeout(mut self, value: impl Into<Option<Duration>>) -> Self {
+        self.unserved_timeout = value.into();
+        self
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -145,5 +288,38 @@ impl Default for ServerConfig {
             join_max_wait: Duration::from_secs(10),
             unserved_timeout: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_sets_every_knob_and_the_server_reads_it_back() {
+        let cache = xds_cache::SnapshotCache::by_node_id();
+        let server = crate::XdsServer::builder(cache)
+            .config(ServerConfig::default().fetch_timeout(Duration::from_secs(1)))
+            .allow_anonymous(true)
+            .control_plane_id("cp-1")
+            .limits(Limits::default().max_streams(7).max_node_bytes(1 << 10))
+            .custom_types([CustomType::new("type.googleapis.com/x.Y")])
+            .shutdown_grace(Duration::from_secs(2))
+            .join_permits(3)
+            .join_timeout(Duration::from_secs(4))
+            .resource_errors(false)
+            .join_max_wait(Duration::from_secs(6))
+            .build();
+        let config = server.config();
+        assert!(config.allow_anonymous && !config.resource_errors);
+        assert_eq!(config.control_plane_id.as_deref(), Some("cp-1"));
+        assert_eq!((config.limits.max_streams, config.limits.max_node_bytes), (7, 1 << 10));
+        // What the setters left alone keeps its default.
+        assert_eq!(config.limits.max_request_bytes, Limits::default().max_request_bytes);
+        assert_eq!(config.custom_types.len(), 1);
+        assert_eq!(config.fetch_timeout, Duration::from_secs(1));
+        assert_eq!(config.shutdown_grace, Duration::from_secs(2));
+        assert_eq!((config.join_permits, config.join_timeout), (3, Duration::from_secs(4)));
+        assert_eq!(config.join_max_wait, Duration::from_secs(6));
     }
 }

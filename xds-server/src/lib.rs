@@ -31,11 +31,11 @@
 //!     snapshot.add(&endpoints("backend", &[("10.0.0.1", 8080), ("10.0.0.2", 8080)]))?;
 //!     snapshot.add(&route_to_cluster("local_route", "*", "backend"))?;
 //!     snapshot.add(&http_listener("http", "0.0.0.0", 10000, "local_route"))?;
-//!     // `build_consistent` refuses a snapshot whose references dangle (rule O3).
-//!     cache.set_snapshot("envoy-1", snapshot.build_consistent()?);
+//!     // `build` refuses a snapshot whose references dangle (rule O3).
+//!     cache.set_snapshot("envoy-1", snapshot.build()?);
 //!
 //!     let server = XdsServer::builder(cache.clone())
-//!         .config(ServerConfig { control_plane_id: Some("cp-1".into()), ..Default::default() })
+//!         .control_plane_id("cp-1")
 //!         .build();
 //!     let stopping = server.clone();
 //!     xds_server::tonic::transport::Server::builder()
@@ -49,12 +49,44 @@
 //! }
 //! ```
 //!
+//! Routing by path to several clusters is a [`RouteTable`](proto::builders::RouteTable): virtual
+//! hosts by domain, routes by prefix or exact path (and exact header values) to one cluster or
+//! weighted clusters, each with an optional timeout, without writing the generated oneofs.
+//!
+//! ```
+//! use xds_server::prelude::*;
+//! use xds_server::proto::builders::{RouteRule, RouteTable, To, eds_cluster, endpoints};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let routes = RouteTable::new("local_route")
+//!     .virtual_host("api", ["api.example.com"], |vh| {
+//!         vh.prefix("/v1/", "api-v1")
+//!             .weighted_prefix("/v2/", [("api-v2", 90), ("api-v2-canary", 10)])
+//!             .route(
+//!                 RouteRule::prefix("/", To::cluster("api-v1"))
+//!                     .timeout(std::time::Duration::from_secs(5)),
+//!             )
+//!     })
+//!     .build();
+//! let mut snapshot = Snapshot::builder();
+//! snapshot.add(&routes)?;
+//! for cluster in ["api-v1", "api-v2", "api-v2-canary"] {
+//!     snapshot.add(&eds_cluster(cluster))?;
+//!     snapshot.add(&endpoints(cluster, &[("10.0.0.1", 8080)]))?;
+//! }
+//! // Every cluster the table names is in the snapshot, so the checked build passes.
+//! let snapshot = snapshot.build()?;
+//! assert_eq!(snapshot.len(), 7);
+//! # Ok(()) }
+//! ```
+//!
 //! Where to go next:
 //! - Other caches: [`cache::LinearCache`] (one type, resource by resource, e.g. endpoints),
 //!   [`cache::MuxCache`] (a cache per type), or your own [`cache::Cache`] over your inventory:
 //!   keep its resources in [`cache::Tables`] and it is a few lines (`cache::prelude` has what
 //!   a cache author uses).
-//! - Hooks: [`Callbacks`] (observe and refuse streams and requests), [`ServerConfig`] and
+//! - Hooks: [`Authorizer`] (the one way to refuse: who may read what, on every entry; ready
+//!   ones in [`authz`]), [`Callbacks`] (observe streams and requests), [`ServerConfig`] and
 //!   [`Limits`].
 //! - Other transports: [`XdsServer::rest_router`] (REST-JSON), [`XdsServer::service_routes`]
 //!   (one service, to layer it), [`FileWriter`] (Envoy filesystem subscriptions).
@@ -96,7 +128,7 @@ mod stream;
 pub mod transport;
 
 pub use admin::Admin;
-pub use authz::{AllowAll, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
+pub use authz::{AllowAll, AllowList, Authorizer, NodeIdentity, Peer, UnauthenticatedSecrets};
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use codec::{DeltaWire, EncodedSet, SotwWire};
 pub use config::{Limits, ServerConfig};
@@ -131,7 +163,8 @@ pub use tower;
 pub mod prelude {
     pub use crate::authz::{self, Access};
     pub use crate::{
-        Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo, XdsServer,
+        AllowList, Authorizer, Callbacks, Limits, NodeIdentity, Refusal, ServerConfig, StreamInfo,
+        XdsServer,
     };
     pub use xds_cache::{
         Cache, CacheError, DynView, LinearCache, MuxCache, Registration, ResourceTable, Signal,

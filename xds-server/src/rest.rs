@@ -145,6 +145,8 @@ impl RestError {
             RestError::Cache(CacheError::Refused { .. }) | RestError::Refused(_) => {
                 StatusCode::FORBIDDEN
             }
+            // A cache error this server does not know yet: the cache could not serve.
+            RestError::Cache(_) => StatusCode::INTERNAL_SERVER_ERROR,
             RestError::ClientStatus(s) => match s.code() {
                 tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
                 tonic::Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,

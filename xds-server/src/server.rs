@@ -6,11 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::server::{Grpc, UnaryService};
 use xds_cache::{Cache, CacheError};
+use xds_proto::CustomType;
 use xds_proto::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use xds_proto::{ADS_DELTA_METHOD, ADS_SERVICE, ADS_SOTW_METHOD, ResourceType, TypeUrl};
 
@@ -19,7 +21,7 @@ use crate::callbacks::{Callbacks, NoCallbacks};
 use crate::codec::SotwWire;
 use crate::codec::body::StreamBody;
 use crate::codec::decode::Requests;
-use crate::config::ServerConfig;
+use crate::config::{Limits, ServerConfig};
 use crate::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
@@ -131,6 +133,8 @@ pub(crate) fn cache_status(e: &CacheError) -> Status {
         CacheError::UnknownType { .. } => Status::invalid_argument(e.to_string()),
         CacheError::UnsupportedVariant { .. } => Status::unimplemented(e.to_string()),
         CacheError::Refused { .. } => Status::permission_denied(e.to_string()),
+        // A cache error this server does not know yet: the cache could not serve.
+        _ => Status::internal(e.to_string()),
     }
 }
 
@@ -211,10 +215,89 @@ impl XdsServerBuilder {
         self
     }
 
-    /// Sets the limits and options.
+    /// Sets the limits and options, all at once (replacing what the setters below set before).
+    /// The setters below change one knob each; either way the builder is the one place a
+    /// server is configured, and [`XdsServer::config`] reads the result back.
     #[must_use]
     pub fn config(mut self, config: ServerConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Sets `ServerConfig::limits` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn limits(mut self, value: Limits) -> Self {
+        self.config.limits = value;
+        self
+    }
+
+    /// Sets `ServerConfig::allow_anonymous` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn allow_anonymous(mut self, value: bool) -> Self {
+        self.config.allow_anonymous = value;
+        self
+    }
+
+    /// Sets `ServerConfig::control_plane_id` (see [`ServerConfig`]) to `Some(value)`.
+    #[must_use]
+    pub fn control_plane_id(mut self, value: impl Into<String>) -> Self {
+        self.config.control_plane_id = Some(value.into());
+        self
+    }
+
+    /// Sets `ServerConfig::custom_types` (see [`ServerConfig`]), replacing the list.
+    #[must_use]
+    pub fn custom_types(mut self, values: impl IntoIterator<Item = CustomType>) -> Self {
+        self.config.custom_types = values.into_iter().collect();
+        self
+    }
+
+    /// Sets `ServerConfig::fetch_timeout` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn fetch_timeout(mut self, value: Duration) -> Self {
+        self.config.fetch_timeout = value;
+        self
+    }
+
+    /// Sets `ServerConfig::shutdown_grace` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn shutdown_grace(mut self, value: Duration) -> Self {
+        self.config.shutdown_grace = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_permits` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_permits(mut self, value: usize) -> Self {
+        self.config.join_permits = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_timeout` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_timeout(mut self, value: Duration) -> Self {
+        self.config.join_timeout = value;
+        self
+    }
+
+    /// Sets `ServerConfig::resource_errors` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn resource_errors(mut self, value: bool) -> Self {
+        self.config.resource_errors = value;
+        self
+    }
+
+    /// Sets `ServerConfig::join_max_wait` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn join_max_wait(mut self, value: Duration) -> Self {
+        self.config.join_max_wait = value;
+        self
+    }
+
+    /// Sets `ServerConfig::unserved_timeout` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn unserved_timeout(mut self, value: impl Into<Option<Duration>>) -> Self {
+        self.config.unserved_timeout = value.into();
         self
     }
 

@@ -50,6 +50,7 @@ use peers::{PeerCounts, PeerSlot, Refusals};
 
 /// How connections are accepted.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TransportConfig {
     /// A connection must finish its TLS handshake and send its first
     /// [`PREFACE_BYTES`] bytes (the HTTP/2 preface, or an HTTP/1 request line) within this
@@ -96,6 +97,87 @@ pub struct TransportConfig {
     pub header_read_timeout: Duration,
 }
 
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `TransportConfig::default()`.
+impl TransportConfig {
+    /// Sets `handshake_timeout` (see the field).
+    #[must_use]
+    pub fn handshake_timeout(mut self, value: Duration) -> Self {
+        self.handshake_timeout = value;
+        self
+    }
+
+    /// Sets `max_handshakes` (see the field).
+    #[must_use]
+    pub fn max_handshakes(mut self, value: usize) -> Self {
+        self.max_handshakes = value;
+        self
+    }
+
+    /// Sets `accept_backoff` (see the field).
+    #[must_use]
+    pub fn accept_backoff(mut self, value: Duration) -> Self {
+        self.accept_backoff = value;
+        self
+    }
+
+    /// Sets `max_accept_backoff` (see the field).
+    #[must_use]
+    pub fn max_accept_backoff(mut self, value: Duration) -> Self {
+        self.max_accept_backoff = value;
+        self
+    }
+
+    /// Sets `nodelay` (see the field).
+    #[must_use]
+    pub fn nodelay(mut self, value: bool) -> Self {
+        self.nodelay = value;
+        self
+    }
+
+    /// Sets `max_connection_age` (see the field): a value, or `None`.
+    #[must_use]
+    pub fn max_connection_age(mut self, value: impl Into<Option<Duration>>) -> Self {
+        self.max_connection_age = value.into();
+        self
+    }
+
+    /// Sets `max_connection_age_jitter` (see the field).
+    #[must_use]
+    pub fn max_connection_age_jitter(mut self, value: f64) -> Self {
+        self.max_connection_age_jitter = value;
+        self
+    }
+
+    /// Sets `max_connections` (see the field): a value, or `None`.
+    #[must_use]
+    pub fn max_connections(mut self, value: impl Into<Option<usize>>) -> Self {
+        self.max_connections = value.into();
+        self
+    }
+
+    /// Sets `max_connections_per_peer` (see the field): a value, or `None`.
+    #[must_use]
+    pub fn max_connections_per_peer(mut self, value: impl Into<Option<usize>>) -> Self {
+        self.max_connections_per_peer = value.into();
+        self
+    }
+
+    /// Sets `idle_timeout` (see the field): a value, or `None`.
+    #[must_use]
+    pub fn idle_timeout(mut self, value: impl Into<Option<Duration>>) -> Self {
+        self.idle_timeout = value.into();
+        self
+    }
+
+    /// Sets `header_read_timeout` (see the field).
+    #[must_use]
+    pub fn header_read_timeout(mut self, value: Duration) -> Self {
+        self.header_read_timeout = value;
+        self
+    }
+}
+
 impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
@@ -120,6 +202,7 @@ pub const PREFACE_BYTES: usize = 24;
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// A PEM file could not be read.
     #[error("cannot read {path}: {error}")]

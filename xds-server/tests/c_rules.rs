@@ -209,7 +209,7 @@ async fn c04_not_found_and_permission_denied_without_any_client_feature() {
 async fn c04_the_server_opt_out_sends_no_resource_errors() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "1"), cla("a", 1)]);
-    let config = ServerConfig { resource_errors: false, ..Default::default() };
+    let config = ServerConfig::default().resource_errors(false);
     let t = start(XdsServer::builder(cache.clone()).config(config).build()).await;
     let mut delta = Delta::ads(&t, "n1").await;
     delta.subscribe(EDS, &["a", "missing"], &[]).await;
@@ -311,7 +311,7 @@ async fn c05_control_plane_identifier_on_every_response() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
     let server = XdsServer::builder(cache.clone())
-        .config(ServerConfig { control_plane_id: Some("replica-7".into()), ..Default::default() })
+        .config(ServerConfig::default().control_plane_id("replica-7"))
         .build();
     let t = start(server).await;
     let mut sotw = Sotw::ads(&t, "n1").await;
@@ -400,7 +400,7 @@ mod leds {
         }
         let other = format!("xdstp://auth.example/{LB_TYPE}/other/zone-a/e1?env=prod");
         b.add_encoded(EncodedResource::named(&other, &endpoint(9)).expect("lb"));
-        b.build()
+        b.build_unchecked()
     }
 
     /// Subscribes CDS, then EDS, then the LEDS glob the assignment names, as Envoy does, and
@@ -516,7 +516,7 @@ async fn c02_leds_from_a_linear_cache_one_member_of_ten_thousand_changes() {
     let mut b = xds_cache::Snapshot::builder();
     b.add(&cluster("svc", "1")).expect("cluster");
     b.add(&leds_cla("svc", &member("*"), 0)).expect("cla");
-    snapshots.set_snapshot("n1", b.build());
+    snapshots.set_snapshot("n1", b.build_unchecked());
     let members = LinearCache::new(LEDS);
     for i in 0..10_000u32 {
         let r = EncodedResource::named(&member(&format!("e{i:05}")), &endpoint(1000 + i % 50_000));
@@ -607,7 +607,7 @@ async fn c02_leds_glob_on_the_per_type_delta_service() {
     }
     let other = "xdstp://auth.example/envoy.config.endpoint.v3.LbEndpoint/other/zone-a/e1?env=prod";
     b.add_encoded(xds_proto::EncodedResource::named(other, &endpoint(10)).expect("lb"));
-    cache.set_snapshot("n1", b.build());
+    cache.set_snapshot("n1", b.build_unchecked());
     leds.expect_quiet().await;
 
     // A member leaves, another appears: one response with both.
@@ -647,7 +647,7 @@ async fn c02_leds_glob_on_the_per_type_delta_service() {
         );
     }
     b.add_encoded(xds_proto::EncodedResource::named(&late, &endpoint(85)).expect("lb"));
-    cache.set_snapshot("n1", b.build());
+    cache.set_snapshot("n1", b.build_unchecked());
     let r = leds.recv_type(LEDS).await;
     assert_eq!(delta_names(&r), [late]);
 }

@@ -100,10 +100,10 @@ async fn an_authorizer_that_reads_status_stalls_nothing() {
     let handle: Arc<OnceLock<XdsServer>> = Arc::default();
     let seen = handle.clone();
     let server = XdsServer::builder(cache)
-        .authorizer(move |_: &xds_server::authz::Request<'_>| {
+        .authorizer(xds_server::authz::from_fn(move |_: &xds_server::authz::Request<'_>| {
             let _ = seen.get().map(|s| s.status().streams());
             Ok(())
-        })
+        }))
         .build();
     handle.set(server.clone()).map_err(|_| ()).unwrap();
     let t = start(server).await;

@@ -388,7 +388,7 @@ async fn d10_vhds_over_delta_ads() {
     // A virtual host for the unknown host appears.
     let mut next = vhds_snapshot("2").to_builder();
     next.add(&virtual_host("rc/vh3", &["nope.org"])).expect("encode");
-    cache.set_snapshot("n1", next.build());
+    cache.set_snapshot("n1", next.build_unchecked());
     let r = ads.recv_type(VHDS).await;
     assert_eq!(delta_names(&r), ["rc/vh3"]);
     assert_eq!(delta_resource(&r, "rc/vh3").aliases, ["rc/nope.org"]);
@@ -429,7 +429,7 @@ async fn c03_on_demand_vhds_by_alias_and_by_name_in_every_order() {
     ads.expect_quiet().await;
     let mut next = vhds_snapshot("1").to_builder();
     next.add(&virtual_host("rc/vh1", &["foo.com", "foo.org"])).expect("encode");
-    cache.set_snapshot("n1", next.build());
+    cache.set_snapshot("n1", next.build_unchecked());
     let r = ads.recv_type(VHDS).await;
     assert_eq!(delta_names(&r), ["rc/vh1"]);
     assert!(delta_resource(&r, "rc/vh1").aliases.is_empty(), "no alias asked for it any more");
@@ -441,7 +441,7 @@ async fn c03_on_demand_vhds_by_alias_and_by_name_in_every_order() {
     let mut next = vhds_snapshot("1").to_builder();
     next.add(&virtual_host("rc/vh1", &["foo.com"])).expect("encode");
     next.add(&virtual_host("rc/vh2", &["*.bar.com", "bar.com"])).expect("encode");
-    cache.set_snapshot("n1", next.build());
+    cache.set_snapshot("n1", next.build_unchecked());
     let r = ads.recv_type(VHDS).await;
     assert_eq!(delta_names(&r), ["rc/vh2"]);
     assert_eq!(delta_resource(&r, "rc/vh2").aliases, ["rc/www.bar.com"]);

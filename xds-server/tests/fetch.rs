@@ -12,7 +12,7 @@ use xds_server::{ServerConfig, XdsServer};
 use util::*;
 
 async fn server(cache: &SnapshotCache, fetch_timeout: Duration) -> TestServer {
-    let config = ServerConfig { fetch_timeout, ..Default::default() };
+    let config = ServerConfig::default().fetch_timeout(fetch_timeout);
     start(XdsServer::builder(cache.clone()).config(config).build()).await
 }
 

@@ -123,12 +123,10 @@ fn encode(method: Method, body: &Body) -> Vec<u8> {
 fn server(small: bool) -> XdsServer {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0"), cla("a", 80)]);
-    let mut config =
-        ServerConfig { fetch_timeout: Duration::from_millis(5), ..ServerConfig::default() };
+    let mut config = ServerConfig::default().fetch_timeout(Duration::from_millis(5));
     if small {
         config.allow_anonymous = true;
-        config.limits =
-            Limits { max_request_bytes: 64, max_names_per_request: 2, ..Limits::default() };
+        config.limits = Limits::default().max_request_bytes(64).max_names_per_request(2);
     }
     XdsServer::builder(cache).config(config).build()
 }

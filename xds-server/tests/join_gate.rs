@@ -20,7 +20,7 @@ use util::*;
 
 /// A server whose gate admits one joining stream at a time.
 async fn gated(cache: MuxCache, join_timeout: Duration) -> TestServer {
-    let config = ServerConfig { join_permits: 1, join_timeout, ..Default::default() };
+    let config = ServerConfig::default().join_permits(1).join_timeout(join_timeout);
     start(XdsServer::builder(cache).config(config).build()).await
 }
 
@@ -55,7 +55,7 @@ async fn stuck(t: &TestServer, node_id: &str) -> Sotw {
 async fn a_new_proxy_is_served_within_a_second_next_to_200_streams_that_never_ack() {
     let (cache, _, _) = caches(50, 100);
     // The default timings (a permit held at most 5 s), four permits as on two cores.
-    let config = ServerConfig { join_permits: 4, ..Default::default() };
+    let config = ServerConfig::default().join_permits(4);
     let t = start(XdsServer::builder(cache).config(config).build()).await;
 
     // 200 clients ask for every cluster and never acknowledge anything.
@@ -130,12 +130,10 @@ async fn a_started_join_goes_on_before_new_joiners_behind_a_client_that_stops_re
 async fn nobody_waits_for_a_permit_longer_than_the_longest_wait() {
     let (cache, _, _) = caches(200, 10_000);
     // Permits held up to a minute by clients that stop reading, waits of at most 1 s.
-    let config = ServerConfig {
-        join_permits: 1,
-        join_timeout: Duration::from_secs(60),
-        join_max_wait: Duration::from_secs(1),
-        ..Default::default()
-    };
+    let config = ServerConfig::default()
+        .join_permits(1)
+        .join_timeout(Duration::from_secs(60))
+        .join_max_wait(Duration::from_secs(1));
     let t = start(XdsServer::builder(cache).config(config).build()).await;
     let _stuck = stuck(&t, "stuck").await;
     let mut next = Sotw::ads(&t, "next").await;
@@ -194,7 +192,7 @@ async fn a_client_that_stops_reading_holds_the_gate_only_until_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_gate_joiners_do_not_wait_for_each_other() {
     let (cache, _, _) = caches(2, 0);
-    let config = ServerConfig { join_permits: 0, ..Default::default() };
+    let config = ServerConfig::default().join_permits(0);
     let t = start(XdsServer::builder(cache).config(config).build()).await;
 
     let mut first = Sotw::ads(&t, "first").await;

@@ -10,7 +10,7 @@ use xds_server::{Limits, ServerConfig, XdsServer};
 use util::*;
 
 async fn server(cache: &SnapshotCache, limits: Limits) -> TestServer {
-    let config = ServerConfig { limits, ..Default::default() };
+    let config = ServerConfig::default().limits(limits);
     start(XdsServer::builder(cache.clone()).config(config).build()).await
 }
 
@@ -79,7 +79,7 @@ async fn max_names_per_request_is_invalid_argument() {
 async fn request_rate_beyond_the_limit_is_resource_exhausted() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
-    let limits = Limits { max_requests_per_second: 5, request_burst: 5, ..Default::default() };
+    let limits = Limits::default().max_requests_per_second(5).request_burst(5);
     let t = server(&cache, limits).await;
     let mut other = bystander(&t).await;
     let mut spinner = Sotw::ads(&t, "n1").await;
@@ -96,7 +96,7 @@ async fn request_rate_beyond_the_limit_is_resource_exhausted() {
 async fn max_streams_is_resource_exhausted() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
-    let t = server(&cache, Limits { max_streams: 2, ..Default::default() }).await;
+    let t = server(&cache, Limits::default().max_streams(2)).await;
     let mut one = bystander(&t).await;
     let two = Sotw::clusters(&t, "n1").await;
     let mut client = t.ads().await;
@@ -117,7 +117,7 @@ async fn max_streams_is_resource_exhausted() {
 async fn max_request_bytes_ends_only_the_offending_stream() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
-    let t = server(&cache, Limits { max_request_bytes: 16 << 10, ..Default::default() }).await;
+    let t = server(&cache, Limits::default().max_request_bytes(16 << 10)).await;
     let mut other = bystander(&t).await;
     let mut big = Sotw::ads(&t, "n1").await;
     big.subscribe(CDS, &[&"x".repeat(32 << 10)], None).await;
@@ -134,7 +134,7 @@ async fn max_request_bytes_ends_only_the_offending_stream() {
 async fn max_request_bytes_is_resource_exhausted() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
-    let t = server(&cache, Limits { max_request_bytes: 16 << 10, ..Default::default() }).await;
+    let t = server(&cache, Limits::default().max_request_bytes(16 << 10)).await;
     let mut big = Sotw::ads(&t, "n1").await;
     big.subscribe(CDS, &[&"x".repeat(32 << 10)], None).await;
     let status = big.recv_end().await.expect("the stream ends with an error status");
@@ -212,7 +212,7 @@ async fn a_sotw_name_that_is_not_utf8_is_invalid_argument() {
 async fn delta_subscriptions_past_max_subscribed_names_are_resource_exhausted() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("n1", snapshot![cluster("a", "0")]);
-    let limits = Limits { max_subscribed_names: 1_000, ..Default::default() };
+    let limits = Limits::default().max_subscribed_names(1_000);
     let t = server(&cache, limits).await;
     let mut other = bystander(&t).await;
 

@@ -115,13 +115,12 @@ struct PerNode;
 impl LoadReportPolicy for PerNode {
     fn request(&self, node: &Node) -> ReportRequest {
         if node.id.starts_with("fast") {
-            ReportRequest {
-                clusters: ReportClusters::Only(vec!["b".into(), "a".into(), "a".into()]),
-                interval: Duration::from_millis(2500),
-                endpoint_granularity: false,
-            }
+            ReportRequest::default()
+                .clusters(ReportClusters::Only(vec!["b".into(), "a".into(), "a".into()]))
+                .interval(Duration::from_millis(2500))
+                .endpoint_granularity(false)
         } else {
-            ReportRequest { interval: Duration::ZERO, ..Default::default() }
+            ReportRequest::default().interval(Duration::ZERO)
         }
     }
 }
@@ -480,7 +479,7 @@ impl LoadReportPolicy for Changing {
 }
 
 fn every(ms: u64) -> ReportRequest {
-    ReportRequest { interval: Duration::from_millis(ms), ..Default::default() }
+    ReportRequest::default().interval(Duration::from_millis(ms))
 }
 
 #[tokio::test]
@@ -504,10 +503,7 @@ async fn a_policy_change_is_sent_only_to_streams_whose_answer_changed() {
 
     // Then b's changes, to clusters "a" only: b's next response is this one (it was sent
     // nothing for a's change), and its reports of other clusters are rejected from now on.
-    policy.set(
-        "b",
-        ReportRequest { clusters: ReportClusters::Only(vec!["a".into()]), ..every(3000) },
-    );
+    policy.set("b", every(3000).clusters(ReportClusters::Only(vec!["a".into()])));
     lrs_of(&t).policy_changed();
     let next = b.recv().await.expect("a new response for b");
     assert_eq!(next.load_reporting_interval, Some(PbDuration { seconds: 3, nanos: 0 }));

@@ -20,7 +20,7 @@ fn snapshot(names: &[&str]) -> Snapshot {
     for name in names {
         b.add(&Cluster { name: (*name).into(), ..Default::default() }).unwrap();
     }
-    b.build()
+    b.build_unchecked()
 }
 
 fn cluster_version(cache: &SnapshotCache) -> String {
@@ -74,7 +74,7 @@ fn fetch_body(version: &str) -> String {
 }
 
 fn config(fetch_timeout: Duration) -> ServerConfig {
-    ServerConfig { fetch_timeout, ..ServerConfig::default() }
+    ServerConfig::default().fetch_timeout(fetch_timeout)
 }
 
 #[tokio::test]
@@ -180,10 +180,8 @@ async fn r3_unknown_path_is_404() {
 async fn r3_bad_requests_do_not_disturb_a_concurrent_long_poll() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot(NODE, snapshot(&["a"]));
-    let config = ServerConfig {
-        limits: xds_server::Limits { max_request_bytes: 1024, ..Default::default() },
-        ..config(Duration::from_secs(20))
-    };
+    let config = config(Duration::from_secs(20))
+        .limits(xds_server::Limits::default().max_request_bytes(1024));
     let addr = serve(&cache, config).await;
     let v1 = cluster_version(&cache);
     let poll =

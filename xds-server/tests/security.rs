@@ -334,8 +334,7 @@ async fn finding_7_a_connection_that_never_sends_the_preface_is_closed() {
     cache.set_snapshot("n1", snapshot![cluster("a", "1")]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config =
-        TransportConfig { handshake_timeout: Duration::from_millis(200), ..Default::default() };
+    let config = TransportConfig::default().handshake_timeout(Duration::from_millis(200));
     let incoming = Incoming::plain(listener, config);
     let routes = XdsServer::new(cache).routes();
     let _task = tokio::spawn(async move {

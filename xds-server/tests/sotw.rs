@@ -32,7 +32,7 @@ async fn s02_anonymous_served_when_allowed_and_later_requests_need_no_node() {
     let cache = SnapshotCache::by_node_id();
     // An anonymous client has an empty node id: its group is "".
     cache.set_snapshot("", snapshot![cluster("a", "1"), cla("a", 1)]);
-    let config = ServerConfig { allow_anonymous: true, ..Default::default() };
+    let config = ServerConfig::default().allow_anonymous(true);
     let t = start(XdsServer::builder(cache).config(config).build()).await;
     let mut client = t.ads().await;
     let mut ads = Sotw::open(None, |r| async move { client.stream_aggregated_resources(r).await })
@@ -156,7 +156,7 @@ async fn s05_nack_is_recorded_and_not_resent_until_a_change() {
     // Rule S1: the NACK of clusters says nothing about listeners.
     let mut v2 = v1.to_builder();
     v2.add(&rds_listener("l2", "r")).expect("encode");
-    cache.set_snapshot("n1", v2.build());
+    cache.set_snapshot("n1", v2.build_unchecked());
     let lds2 = ads.recv_type(LDS).await;
     assert_eq!(sotw_names(&lds2), ["l", "l2"]);
     ads.ack(&lds2).await;
@@ -165,7 +165,7 @@ async fn s05_nack_is_recorded_and_not_resent_until_a_change() {
     // A change of clusters is sent.
     let mut v3 = v2.clone();
     v3.add(&cluster("a", "2")).expect("encode");
-    cache.set_snapshot("n1", v3.build());
+    cache.set_snapshot("n1", v3.build_unchecked());
     let cds2 = ads.recv_type(CDS).await;
     assert_ne!(cds2.version_info, cds.version_info);
     assert_eq!(decode_all::<Cluster>(&cds2)[0].alt_stat_name, "2");
@@ -414,7 +414,10 @@ async fn s11_full_state_deletion_and_later_existence() {
     assert_eq!(sotw_names(&r2), ["a", "c"]);
     ads.ack(&r2).await;
     // Everything deleted: an empty response deletes all.
-    cache.set_snapshot("n1", xds_cache::Snapshot::builder().declare(ResourceType::Cluster).build());
+    cache.set_snapshot(
+        "n1",
+        xds_cache::Snapshot::builder().declare(ResourceType::Cluster).build_unchecked(),
+    );
     let r3 = ads.recv_type(CDS).await;
     assert!(r3.resources.is_empty());
 }
@@ -597,11 +600,9 @@ async fn s03_custom_types_are_served_on_ads() {
     let cache = SnapshotCache::by_node_id();
     let w = |name: &str, size| Widget { name: name.into(), size };
     cache.set_snapshot("n1", snapshot![w("w1", 1), w("w2", 2)]);
-    let config = ServerConfig {
-        custom_types: vec![xds_proto::CustomType::of::<Widget>().wildcard_capable(true)],
-        control_plane_id: Some("cp-test".into()),
-        ..Default::default()
-    };
+    let config = ServerConfig::default()
+        .custom_types(vec![xds_proto::CustomType::of::<Widget>().wildcard_capable(true)])
+        .control_plane_id("cp-test");
     let t = start(XdsServer::builder(cache.clone()).config(config).build()).await;
     let mut ads = Sotw::ads(&t, "n1").await;
     ads.send(DiscoveryRequest { type_url: Widget::type_url(), ..Default::default() }).await;

@@ -26,7 +26,7 @@ async fn listener() -> (TcpListener, std::net::SocketAddr) {
 #[tokio::test]
 async fn a_listener_holds_no_more_connections_than_its_cap() {
     let (listener, addr) = listener().await;
-    let config = TransportConfig { max_connections: Some(2), ..Default::default() };
+    let config = TransportConfig::default().max_connections(Some(2));
     let mut incoming = Incoming::plain(listener, config);
     let _clients: Vec<TcpStream> = {
         let mut v = Vec::new();
@@ -50,8 +50,7 @@ async fn a_listener_holds_no_more_connections_than_its_cap() {
 #[tokio::test]
 async fn a_connection_on_which_nothing_moves_is_closed() {
     let (listener, addr) = listener().await;
-    let config =
-        TransportConfig { idle_timeout: Some(Duration::from_millis(200)), ..Default::default() };
+    let config = TransportConfig::default().idle_timeout(Some(Duration::from_millis(200)));
     let mut incoming = Incoming::plain(listener, config);
     let mut client = TcpStream::connect(addr).await.expect("connect");
     let mut conn = incoming.next().await.expect("a connection").expect("accepted");
@@ -69,11 +68,8 @@ async fn a_connection_on_which_nothing_moves_is_closed() {
 #[tokio::test]
 async fn a_peer_past_its_cap_is_closed_at_once_and_takes_no_place_from_others() {
     let (listener, addr) = listener().await;
-    let config = TransportConfig {
-        max_connections: Some(3),
-        max_connections_per_peer: Some(2),
-        ..Default::default()
-    };
+    let config =
+        TransportConfig::default().max_connections(Some(3)).max_connections_per_peer(Some(2));
     let mut incoming = Incoming::plain(listener, config);
     let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
     let _a1 = connect_from(a, addr).await;

@@ -71,9 +71,8 @@ async fn an_unserved_stream_that_ends_leaves_the_gauge() {
 async fn with_a_timeout_an_unserved_stream_ends_failed_precondition_naming_node_and_group() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("served", snapshot![cluster("a", "1")]);
-    let config =
-        ServerConfig { unserved_timeout: Some(Duration::from_millis(300)), ..Default::default() };
-    let t = start(XdsServer::builder(cache).config(config).build()).await;
+    let server = XdsServer::builder(cache).unserved_timeout(Duration::from_millis(300)).build();
+    let t = start(server).await;
     let mut served = Sotw::ads(&t, "served").await;
     served.subscribe(CDS, &[], None).await;
     let first = served.recv().await;
@@ -96,7 +95,7 @@ async fn with_a_timeout_an_unserved_stream_ends_failed_precondition_naming_node_
 
 #[tokio::test]
 async fn a_timeout_of_zero_refuses_an_unserved_node_at_once() {
-    let config = ServerConfig { unserved_timeout: Some(Duration::ZERO), ..Default::default() };
+    let config = ServerConfig::default().unserved_timeout(Duration::ZERO);
     let t = start(XdsServer::builder(SnapshotCache::by_node_id()).config(config).build()).await;
     let mut waiting = Sotw::ads(&t, "nobody").await;
     waiting.subscribe(CDS, &[], None).await;

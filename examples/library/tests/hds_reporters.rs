@@ -49,7 +49,7 @@ fn only_a_listed_reporter_proven_by_its_certificate_may_report() {
     let other = report(&policy, &peer(&["envoy-7"]), "reporter-1").unwrap_err();
     assert!(other.contains("does not name it"), "{other}");
     let unlisted = report(&policy, &peer(&["envoy-7"]), "envoy-7").unwrap_err();
-    assert!(unlisted.contains("not an authorized health reporter"), "{unlisted}");
+    assert!(unlisted.contains("not on the allow list"), "{unlisted}");
     // Reading configuration stays open to anyone, as in the rest of the example.
     let t =
         xds_server::proto::TypeUrl::from(xds_server::proto::ResourceType::ClusterLoadAssignment);
@@ -68,7 +68,7 @@ fn only_a_listed_reporter_proven_by_its_certificate_may_report() {
 async fn an_anonymous_reporter_cannot_mark_endpoints_unhealthy() {
     let cla = LinearCache::of::<ClusterLoadAssignment>();
     let server = XdsServer::builder(cla)
-        .config(ServerConfig { allow_anonymous: true, ..Default::default() })
+        .config(ServerConfig::default().allow_anonymous(true))
         .authorizer(Reporters::new(["reporter-1"]))
         .health_discovery(HealthDiscoveryServer::new(specifier))
         .build();

@@ -232,6 +232,8 @@ fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<Parsed
             err(String::new(), reason)
         }
         DocumentError::At { location, reason } => err(location, reason),
+        // A fault a later xds-proto tells apart: its message is the reason.
+        other => err(String::new(), other.to_string()),
     })?;
     // The lists grew as the resources came; the loader keeps them while the file is unchanged.
     for list in parsed.groups.values_mut() {

@@ -48,11 +48,7 @@ impl PortCaps {
 
     /// `config` with these caps.
     pub(crate) fn apply(self, config: TransportConfig) -> TransportConfig {
-        TransportConfig {
-            max_connections: Some(self.total),
-            max_connections_per_peer: Some(self.per_peer),
-            ..config
-        }
+        config.max_connections(Some(self.total)).max_connections_per_peer(Some(self.per_peer))
     }
 }
 

@@ -11,9 +11,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::lrs::{LoadReportingServer, LrsConfig, ReportRequest};
 use xds_server::transport::{Incoming, TransportConfig, serve_http, tls_config};
-use xds_server::{
-    FileFormat, FileWriter, Limits, NodeIdentity, ServerConfig, UnauthenticatedSecrets, XdsServer,
-};
+use xds_server::{FileFormat, FileWriter, Limits, NodeIdentity, UnauthenticatedSecrets, XdsServer};
 
 mod admin;
 mod admin_access;
@@ -102,25 +100,22 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         (loader, loaded)
     });
 
-    let limits = Limits {
-        max_request_bytes: args.max_request_bytes,
-        max_streams: args.max_streams,
-        max_subscribed_names: args.max_subscribed_names,
-        max_requests_per_second: args.max_requests_per_second,
-        ..Limits::default()
-    };
-    let defaults = ServerConfig::default();
-    let mut builder = XdsServer::builder(cache.clone()).config(ServerConfig {
-        allow_anonymous: args.allow_anonymous,
-        control_plane_id: Some(
+    let limits = Limits::default()
+        .max_request_bytes(args.max_request_bytes)
+        .max_streams(args.max_streams)
+        .max_subscribed_names(args.max_subscribed_names)
+        .max_requests_per_second(args.max_requests_per_second);
+    let mut builder = XdsServer::builder(cache.clone())
+        .allow_anonymous(args.allow_anonymous)
+        .control_plane_id(
             args.control_plane_id.clone().unwrap_or_else(|| etcd::default_id(args.grpc_addr)),
-        ),
-        limits,
-        join_permits: args.join_permits.unwrap_or(defaults.join_permits),
-        join_timeout: Duration::from_secs(args.join_timeout_s),
-        join_max_wait: Duration::from_secs(args.join_max_wait_s),
-        ..defaults
-    });
+        )
+        .limits(limits)
+        .join_timeout(Duration::from_secs(args.join_timeout_s))
+        .join_max_wait(Duration::from_secs(args.join_max_wait_s));
+    if let Some(permits) = args.join_permits {
+        builder = builder.join_permits(permits);
+    }
     // Decided before anything is served: a guarded admin port also closes CSDS elsewhere.
     let admin_access = admin_access::admin_access(
         args.admin_addr,
@@ -144,15 +139,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // cluster at --lrs-interval-ms, and the metrics label only the clusters the configuration
     // serves (in some group): a client cannot grow the label set with names of its own.
     let known = cache.clone();
-    let mut lrs_config = LrsConfig::default();
-    lrs_config.max_total_bytes = args.lrs_max_total_bytes;
+    let lrs_config = LrsConfig::default().max_total_bytes(args.lrs_max_total_bytes);
     builder = builder.load_reporting(
         LoadReportingServer::new()
             .config(lrs_config)
-            .policy(ReportRequest {
-                interval: Duration::from_millis(args.lrs_interval_ms),
-                ..Default::default()
-            })
+            .policy(ReportRequest::default().interval(Duration::from_millis(args.lrs_interval_ms)))
             .known_clusters(move |name: &str| {
                 let cluster = TypeUrl::from(ResourceType::Cluster);
                 known.groups().iter().any(|g| known.get(g, &cluster, name).is_some())
@@ -186,18 +177,18 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         _ => None,
     };
     // A request's headers get as long as a connection's first bytes (HTTP ports).
-    let transport = TransportConfig {
-        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
-        header_read_timeout: Duration::from_secs(args.handshake_timeout_s),
-        ..Default::default()
-    };
+    let transport = TransportConfig::default()
+        .handshake_timeout(Duration::from_secs(args.handshake_timeout_s))
+        .header_read_timeout(Duration::from_secs(args.handshake_timeout_s));
     // Only the gRPC port's connections age: REST requests are short-lived.
-    let grpc_transport = caps.grpc.apply(TransportConfig {
-        max_connection_age: Some(Duration::from_secs(args.max_connection_age_s))
-            .filter(|d| !d.is_zero()),
-        max_connection_age_jitter: args.max_connection_age_jitter.clamp(0.0, 1.0),
-        ..transport.clone()
-    });
+    let grpc_transport = caps.grpc.apply(
+        transport
+            .clone()
+            .max_connection_age(
+                Some(Duration::from_secs(args.max_connection_age_s)).filter(|d| !d.is_zero()),
+            )
+            .max_connection_age_jitter(args.max_connection_age_jitter.clamp(0.0, 1.0)),
+    );
     let rest_transport = caps.rest.apply(transport.clone());
 
     match files {
@@ -251,10 +242,9 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     // The admin port has the xDS ports' guards and an idle timeout: its requests are short, so
     // idle or slow connections to it are closed.
-    let admin_transport = caps.admin.apply(TransportConfig {
-        idle_timeout: Some(Duration::from_secs(args.admin_idle_timeout_s.max(1))),
-        ..transport
-    });
+    let admin_transport = caps
+        .admin
+        .apply(transport.idle_timeout(Some(Duration::from_secs(args.admin_idle_timeout_s.max(1)))));
     match admin_tls {
         Some(tls) => tokio::spawn(serve_http(
             Incoming::tls(admin_listener, admin_transport, tls),

@@ -693,7 +693,7 @@ fn mesh(edit: impl FnOnce(&mut SnapshotBuilder)) -> BTreeMap<String, Snapshot> {
         builder.add(&endpoints(name, &[("10.0.0.1", 80)])).unwrap();
     }
     edit(&mut builder);
-    BTreeMap::from([(String::new(), builder.build_consistent().unwrap())])
+    BTreeMap::from([(String::new(), builder.build().unwrap())])
 }
 
 /// Publisher A's configuration: cluster `a` and its endpoints deleted.

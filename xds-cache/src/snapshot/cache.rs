@@ -44,7 +44,7 @@ type Grouper = dyn Fn(&Node) -> String + Send + Sync;
 /// let cache = SnapshotCache::by_node_id();
 /// let mut builder = Snapshot::builder();
 /// builder.add(&Cluster { name: "backend".into(), ..Default::default() })?;
-/// cache.set_snapshot("envoy-1", builder.build());
+/// cache.set_snapshot("envoy-1", builder.build()?);
 /// assert_eq!(cache.snapshot("envoy-1").map(|s| s.len()), Some(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

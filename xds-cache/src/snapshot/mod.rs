@@ -191,8 +191,21 @@ impl SnapshotBuilder {
         self
     }
 
-    /// The snapshot, unchecked.
-    pub fn build(&self) -> Snapshot {
+    /// The snapshot, if its references are consistent (rule O3): every reference a resource
+    /// makes (a listener's route configuration, an EDS cluster's endpoints, ...) resolves in
+    /// it. Checked by default, since a dangling reference leaves a client waiting for a
+    /// resource that never comes; [`build_unchecked`](Self::build_unchecked) is the escape for a
+    /// snapshot meant to be partial.
+    pub fn build(&self) -> Result<Snapshot, ConsistencyError> {
+        let snapshot = self.build_unchecked();
+        snapshot.check_consistency()?;
+        Ok(snapshot)
+    }
+
+    /// The snapshot, whatever its references: for one meant to be partial (a test, a client
+    /// that asks for what it knows to exist, references served by another cache of a
+    /// [`MuxCache`](crate::MuxCache)). Prefer [`build`](Self::build).
+    pub fn build_unchecked(&self) -> Snapshot {
         Snapshot {
             types: self.types.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -202,11 +215,11 @@ impl SnapshotBuilder {
         }
     }
 
-    /// The snapshot, if its references are consistent (rule O3).
+    /// The snapshot, if its references are consistent (rule O3): what [`build`](Self::build)
+    /// does now.
+    #[deprecated(since = "0.2.0", note = "`build()` checks consistency now; use it")]
     pub fn build_consistent(&self) -> Result<Snapshot, ConsistencyError> {
-        let snapshot = self.build();
-        snapshot.check_consistency()?;
-        Ok(snapshot)
+        self.build()
     }
 }
 

@@ -3,6 +3,7 @@
 
 /// A request the stream refuses. The server answers `InvalidArgument` with this message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StreamError {
     /// Rule S2: the first request of a stream carried no node and anonymous nodes are not allowed.
     #[error("the first request of a stream must carry a node")]

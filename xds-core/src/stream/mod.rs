@@ -46,6 +46,7 @@ pub enum TypeRole {
 
 /// The limits of one stream, and whether it may leave out its node.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct StreamConfig {
     /// Rule S2: whether a first request may come without a node.
     pub allow_anonymous: bool,
@@ -65,6 +66,52 @@ pub struct StreamConfig {
     /// set whole, which the caller can encode once for every client it goes to. Off, every
     /// response lists each of its resources, as a caller unaware of `shared` expects.
     pub shared_sets: bool,
+}
+
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `StreamConfig::default()`.
+impl StreamConfig {
+    /// Sets `allow_anonymous` (see the field).
+    #[must_use]
+    pub fn allow_anonymous(mut self, value: bool) -> Self {
+        self.allow_anonymous = value;
+        self
+    }
+
+    /// Sets `max_names_per_request` (see the field).
+    #[must_use]
+    pub fn max_names_per_request(mut self, value: usize) -> Self {
+        self.max_names_per_request = value;
+        self
+    }
+
+    /// Sets `max_requests_per_second` (see the field).
+    #[must_use]
+    pub fn max_requests_per_second(mut self, value: u32) -> Self {
+        self.max_requests_per_second = value;
+        self
+    }
+
+    /// Sets `request_burst` (see the field).
+    #[must_use]
+    pub fn request_burst(mut self, value: u32) -> Self {
+        self.request_burst = value;
+        self
+    }
+
+    /// Sets `max_subscribed_names` (see the field).
+    #[must_use]
+    pub fn max_subscribed_names(mut self, value: usize) -> Self {
+        self.max_subscribed_names = value;
+        self
+    }
+
+    /// Sets `shared_sets` (see the field).
+    #[must_use]
+    pub fn shared_sets(mut self, value: bool) -> Self {
+        self.shared_sets = value;
+        self
+    }
 }
 
 impl Default for StreamConfig {

@@ -56,6 +56,7 @@ pub enum DocumentPart<'a> {
 
 /// Why [`read_resource_document`] refused a document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DocumentError {
     /// The text is blank, only comments, or a null document. Told apart from the other faults
     /// so that a caller can refuse it in words of its own (an empty configuration file is more

@@ -49,6 +49,7 @@ pub enum ReportClusters {
 
 /// What the server asks of one client in its `LoadStatsResponse`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReportRequest {
     /// The clusters to report.
     pub clusters: ReportClusters,
@@ -57,6 +58,31 @@ pub struct ReportRequest {
     /// Ask for per-endpoint stats too (`report_endpoint_granularity`); the server aggregates
     /// per locality either way.
     pub endpoint_granularity: bool,
+}
+
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `ReportRequest::default()`.
+impl ReportRequest {
+    /// Sets `clusters` (see the field).
+    #[must_use]
+    pub fn clusters(mut self, value: ReportClusters) -> Self {
+        self.clusters = value;
+        self
+    }
+
+    /// Sets `interval` (see the field).
+    #[must_use]
+    pub fn interval(mut self, value: Duration) -> Self {
+        self.interval = value;
+        self
+    }
+
+    /// Sets `endpoint_granularity` (see the field).
+    #[must_use]
+    pub fn endpoint_granularity(mut self, value: bool) -> Self {
+        self.endpoint_granularity = value;
+        self
+    }
 }
 
 impl Default for ReportRequest {
@@ -104,7 +130,7 @@ impl LoadReportPolicy for ReportRequest {
 /// use xds_server::lrs::{LoadReportingServer, ReportRequest};
 ///
 /// let lrs = LoadReportingServer::new()
-///     .policy(ReportRequest { interval: Duration::from_secs(5), ..Default::default() });
+///     .policy(ReportRequest::default().interval(Duration::from_secs(5)));
 /// let mut view = lrs.subscribe();
 /// tokio::spawn(async move {
 ///     loop {

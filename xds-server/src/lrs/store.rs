@@ -83,6 +83,108 @@ pub struct LrsConfig {
     pub report_burst: u32,
 }
 
+/// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
+/// breaking change), so code outside this crate builds one from `LrsConfig::default()`.
+impl LrsConfig {
+    /// Sets `window` (see the field).
+    #[must_use]
+    pub fn window(mut self, value: Duration) -> Self {
+        self.window = value;
+        self
+    }
+
+    /// Sets `max_streams` (see the field).
+    #[must_use]
+    pub fn max_streams(mut self, value: usize) -> Self {
+        self.max_streams = value;
+        self
+    }
+
+    /// Sets `max_pending_streams` (see the field).
+    #[must_use]
+    pub fn max_pending_streams(mut self, value: usize) -> Self {
+        self.max_pending_streams = value;
+        self
+    }
+
+    /// Sets `first_request_timeout` (see the field).
+    #[must_use]
+    pub fn first_request_timeout(mut self, value: Duration) -> Self {
+        self.first_request_timeout = value;
+        self
+    }
+
+    /// Sets `max_clusters_per_stream` (see the field).
+    #[must_use]
+    pub fn max_clusters_per_stream(mut self, value: usize) -> Self {
+        self.max_clusters_per_stream = value;
+        self
+    }
+
+    /// Sets `max_localities_per_cluster` (see the field).
+    #[must_use]
+    pub fn max_localities_per_cluster(mut self, value: usize) -> Self {
+        self.max_localities_per_cluster = value;
+        self
+    }
+
+    /// Sets `max_name_bytes` (see the field).
+    #[must_use]
+    pub fn max_name_bytes(mut self, value: usize) -> Self {
+        self.max_name_bytes = value;
+        self
+    }
+
+    /// Sets `max_interval` (see the field).
+    #[must_use]
+    pub fn max_interval(mut self, value: Duration) -> Self {
+        self.max_interval = value;
+        self
+    }
+
+    /// Sets `max_cluster_labels` (see the field).
+    #[must_use]
+    pub fn max_cluster_labels(mut self, value: usize) -> Self {
+        self.max_cluster_labels = value;
+        self
+    }
+
+    /// Sets `max_locality_labels` (see the field).
+    #[must_use]
+    pub fn max_locality_labels(mut self, value: usize) -> Self {
+        self.max_locality_labels = value;
+        self
+    }
+
+    /// Sets `max_total_bytes` (see the field).
+    #[must_use]
+    pub fn max_total_bytes(mut self, value: usize) -> Self {
+        self.max_total_bytes = value;
+        self
+    }
+
+    /// Sets `max_total_entries` (see the field).
+    #[must_use]
+    pub fn max_total_entries(mut self, value: usize) -> Self {
+        self.max_total_entries = value;
+        self
+    }
+
+    /// Sets `max_reports_per_second` (see the field).
+    #[must_use]
+    pub fn max_reports_per_second(mut self, value: u32) -> Self {
+        self.max_reports_per_second = value;
+        self
+    }
+
+    /// Sets `report_burst` (see the field).
+    #[must_use]
+    pub fn report_burst(mut self, value: u32) -> Self {
+        self.report_burst = value;
+        self
+    }
+}
+
 impl Default for LrsConfig {
     fn default() -> Self {
         Self {

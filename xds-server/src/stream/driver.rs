@@ -148,15 +148,14 @@ pub(crate) fn open<P: WireProtocol>(
         group: None,
     };
     let limits = &shared.config.limits;
-    let config = xds_core::StreamConfig {
-        allow_anonymous: shared.config.allow_anonymous,
-        max_names_per_request: limits.max_names_per_request,
-        max_requests_per_second: limits.max_requests_per_second,
-        request_burst: limits.request_burst,
-        max_subscribed_names: limits.max_subscribed_names,
+    let config = xds_core::StreamConfig::default()
+        .allow_anonymous(shared.config.allow_anonymous)
+        .max_names_per_request(limits.max_names_per_request)
+        .max_requests_per_second(limits.max_requests_per_second)
+        .request_burst(limits.request_burst)
+        .max_subscribed_names(limits.max_subscribed_names)
         // The wire encodes a whole set once for every client it goes to (`codec::encodings`).
-        shared_sets: true,
-    };
+        .shared_sets(true);
     let now = Instant::now();
     let core = match &info.type_url {
         Some(t) => CoreStream::<P>::per_type(t, config, now),

@@ -606,7 +606,7 @@ macro_rules! snapshot {
     ($($r:expr),* $(,)?) => {{
         let mut b = xds_cache::Snapshot::builder();
         $( b.add(&$r).expect("encode"); )*
-        b.build()
+        b.build_unchecked()
     }};
 }
 

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use xds_examples::health::{HOSTS, Reporters, assignment, specifier};
+use xds_server::XdsServer;
 use xds_server::cache::{LinearCache, MuxCache};
 use xds_server::hds::HealthDiscoveryServer;
 use xds_server::proto::ResourceType;
@@ -21,7 +22,6 @@ use xds_server::proto::builders::{eds_cluster, endpoints};
 use xds_server::proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use xds_server::transport::{Incoming, TransportConfig, tls_config};
-use xds_server::{ServerConfig, XdsServer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -52,9 +52,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mux = MuxCache::new()
         .route(ResourceType::Cluster, clusters.clone())
         .route(ResourceType::ClusterLoadAssignment, cla.clone());
-    let config = ServerConfig { allow_anonymous: true, ..Default::default() };
     let server = XdsServer::builder(mux)
-        .config(config)
+        .allow_anonymous(true)
         .authorizer(Reporters::new(reporters))
         .health_discovery(HealthDiscoveryServer::new(specifier))
         .build();

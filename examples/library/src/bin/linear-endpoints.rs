@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
+use xds_server::XdsServer;
 use xds_server::cache::{LinearCache, MuxCache};
 use xds_server::proto::ResourceType;
 use xds_server::proto::builders::{eds_cluster, endpoints};
 use xds_server::proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_server::proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use xds_server::{ServerConfig, XdsServer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,8 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mux = MuxCache::new()
         .route(ResourceType::Cluster, clusters.clone())
         .route(ResourceType::ClusterLoadAssignment, cla.clone());
-    let config = ServerConfig { allow_anonymous: true, ..Default::default() };
-    let server = XdsServer::builder(mux).config(config).build();
+    let server = XdsServer::builder(mux).allow_anonymous(true).build();
 
     // The "service registry": endpoints move every 5 seconds.
     tokio::spawn(async move {

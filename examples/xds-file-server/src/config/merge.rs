@@ -234,7 +234,8 @@ impl Merged {
             stats.resources += changes;
             let group = self.groups.get(&name);
             self.check(path, &name, group, &w)?;
-            let snapshot = w.builder.build();
+            // Checked just above, incrementally (only what the change can break).
+            let snapshot = w.builder.build_unchecked();
             built.push((name, Outcome::Rebuild(snapshot, Box::new(w))));
         }
 
