@@ -63,6 +63,6 @@ pub mod prelude {
     pub use xds_proto::{EncodeError, EncodedResource, ResourceType, TypeUrl, XdsResource};
 }
 pub use table::ResourceTable;
-pub use tables::Tables;
+pub use tables::{MAX_GENERATED_ERRORS, Tables};
 pub use version::TypeVersion;
 pub use watchers::{Registration, Watchers};

@@ -276,6 +276,11 @@ impl ResourceTable {
         resource.name() == normal(name)
     }
 
+    /// How many names have an error attached.
+    pub(crate) fn error_count(&self) -> usize {
+        self.errors.as_ref().map_or(0, |errors| errors.len())
+    }
+
     /// The number of resources.
     pub fn len(&self) -> usize {
         self.entries.len()

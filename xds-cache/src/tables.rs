@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use xds_core::{ErrorDetail, View, code};
 use xds_proto::EncodedResource;
@@ -52,13 +53,32 @@ pub struct Tables<K> {
 type Generate<K> = dyn Fn(&K, &str) -> Result<Option<EncodedResource>, ErrorDetail> + Send + Sync;
 
 struct Inner<K> {
-    tables: RwLock<BTreeMap<K, Arc<RwLock<ResourceTable>>>>,
+    map: RwLock<Map<K>>,
     generate: Option<Box<Generate<K>>>,
     watchers: Watchers<K>,
-    /// The highest revision of any table removed: a table created afterwards starts above it, so
-    /// that a stream that read the removed one is never told only the new one's changes.
-    removed_up_to: RwLock<u64>,
 }
+
+/// The tables by key, and what a table made after a removal must start above.
+struct Map<K> {
+    tables: BTreeMap<K, Arc<Slot>>,
+    /// The highest revision of any table removed: a table created afterwards starts above it, so
+    /// that a stream that read the removed one is never told only the new one's changes. Read
+    /// and raised under the map's write lock, with the removal itself.
+    removed_up_to: u64,
+}
+
+/// One key's table, and whether it was removed: an update that got hold of it just before its
+/// removal sees that under the table's lock, and goes to the key's new table instead of
+/// writing where nobody reads.
+struct Slot {
+    table: RwLock<ResourceTable>,
+    removed: AtomicBool,
+}
+
+/// The most errors a generated table keeps (rule C4) for names it was asked for: the names are
+/// a peer's, and a generator that answers `Err` for names it cannot parse must not make the
+/// table grow with them. Past it, such a name is answered as unknown (`NOT_FOUND`).
+pub const MAX_GENERATED_ERRORS: usize = 1024;
 
 impl<K> Clone for Tables<K> {
     fn clone(&self) -> Self {
@@ -76,10 +96,9 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     fn with(generate: Option<Box<Generate<K>>>) -> Self {
         Tables {
             inner: Arc::new(Inner {
-                tables: RwLock::default(),
+                map: RwLock::new(Map { tables: BTreeMap::new(), removed_up_to: 0 }),
                 generate,
                 watchers: Watchers::default(),
-                removed_up_to: RwLock::default(),
             }),
         }
     }
@@ -101,7 +120,13 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// asks again), or `Err(detail)`: the resource exists but cannot be served now, which the
     /// client is told in `resource_errors` (rule C4; `UNAVAILABLE` or `INTERNAL` keep what the
     /// client holds) until the error is cleared or the resource is set. The names are a peer's:
-    /// answer `Ok(None)` for names you do not know, so that nothing is kept for them.
+    /// answer `Ok(None)` for names you do not know, so that nothing is kept for them (a table
+    /// keeps at most [`MAX_GENERATED_ERRORS`] errors it was asked for; past them a name is
+    /// answered as unknown).
+    ///
+    /// Only a key that has a table is generated for: make it with an
+    /// [`update`](Self::update) once its data is loaded (an empty one will do). Until then its
+    /// streams wait, and a subscription makes nothing.
     ///
     /// Keep generated resources current as for any table: [`update`](Self::update) them when
     /// your data changes (or delete them: the next subscription makes them again). Wildcard
@@ -118,7 +143,7 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     ///     Ok(known.then(|| EncodedResource::new(&endpoints(name, &[("10.0.0.1", 80)]))).transpose()
     ///         .expect("a ClusterLoadAssignment with a name encodes"))
     /// });
-    /// # let _ = tables.keys();
+    /// tables.update(&"endpoints", |_| ()); // loaded: served from now on
     /// ```
     pub fn generated(
         generate: impl Fn(&K, &str) -> Result<Option<EncodedResource>, ErrorDetail>
@@ -136,47 +161,75 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// not. Encode resources before calling, not inside `f`. Streams are signalled after the
     /// lock is released, so a woken stream reads the new state.
     pub fn update<R>(&self, key: &K, f: impl FnOnce(&mut ResourceTable) -> R) -> R {
-        let (table, created) = self.table_or_create(key);
-        let mut guard = table.write().unwrap_or_else(PoisonError::into_inner);
+        let mut created = false;
+        loop {
+            let (slot, made) = self.slot_or_create(key);
+            created |= made;
+            let mut guard = write(&slot.table);
+            if slot.removed.load(Ordering::Acquire) {
+                continue; // removed since it was looked up: the key's next table
+            }
+            let before = guard.revision();
+            let result = f(&mut guard);
+            let moved = guard.revision() != before;
+            drop(guard);
+            if moved || created {
+                self.inner.watchers.notify(key);
+            }
+            return result;
+        }
+    }
+
+    /// [`update`](Self::update) of a key that has a table; `None`, `f` not called, for one
+    /// that has none (its streams stay not ready).
+    fn update_existing<R>(&self, key: &K, f: impl FnOnce(&mut ResourceTable) -> R) -> Option<R> {
+        let slot = self.slot(key)?;
+        let mut guard = write(&slot.table);
+        if slot.removed.load(Ordering::Acquire) {
+            return None;
+        }
         let before = guard.revision();
         let result = f(&mut guard);
         let moved = guard.revision() != before;
         drop(guard);
-        if moved || created {
+        if moved {
             self.inner.watchers.notify(key);
         }
-        result
+        Some(result)
     }
 
     /// Calls `f` with the table of `key`, if it has one.
     pub fn read<R>(&self, key: &K, f: impl FnOnce(&ResourceTable) -> R) -> Option<R> {
-        let table = self.table(key)?;
-        let guard = table.read().unwrap_or_else(PoisonError::into_inner);
+        let slot = self.slot(key)?;
+        let guard = read(&slot.table);
         Some(f(&guard))
     }
 
     /// Whether `key` has a table (its streams are served).
     pub fn is_ready(&self, key: &K) -> bool {
-        self.table(key).is_some()
+        self.slot(key).is_some()
     }
 
     /// Removes the table of `key`: its streams are owed nothing again (they keep what they hold
     /// and wait) until the next [`update`](Self::update) of `key`, after which they compare
     /// what they hold with the new table in full. Returns whether there was a table.
     pub fn remove(&self, key: &K) -> bool {
-        let removed = self.write_tables().remove(key);
-        let Some(table) = removed else { return false };
-        let revision = table.read().unwrap_or_else(PoisonError::into_inner).revision();
-        let mut up_to = self.inner.removed_up_to.write().unwrap_or_else(PoisonError::into_inner);
-        *up_to = (*up_to).max(revision);
-        drop(up_to);
+        let mut map = write(&self.inner.map);
+        let Some(slot) = map.tables.remove(key) else { return false };
+        // Under the map's lock, so that no table of this key is made meanwhile below it, and
+        // under the table's, so that no update of it is lost after it.
+        let table = write(&slot.table);
+        slot.removed.store(true, Ordering::Release);
+        map.removed_up_to = map.removed_up_to.max(table.revision());
+        drop(table);
+        drop(map);
         self.inner.watchers.notify(key);
         true
     }
 
     /// The keys that have a table, in order.
     pub fn keys(&self) -> Vec<K> {
-        self.inner.tables.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
+        read(&self.inner.map).tables.keys().cloned().collect()
     }
 
     /// A stream's watch of `key`'s table (the [`Watch`] to return from
@@ -197,36 +250,38 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
         self.inner.watchers.total()
     }
 
-    fn table(&self, key: &K) -> Option<Arc<RwLock<ResourceTable>>> {
-        self.inner.tables.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
+    fn slot(&self, key: &K) -> Option<Arc<Slot>> {
+        read(&self.inner.map).tables.get(key).cloned()
     }
 
-    fn table_or_create(&self, key: &K) -> (Arc<RwLock<ResourceTable>>, bool) {
-        if let Some(table) = self.table(key) {
-            return (table, false);
+    fn slot_or_create(&self, key: &K) -> (Arc<Slot>, bool) {
+        if let Some(slot) = self.slot(key) {
+            return (slot, false);
         }
-        let start = *self.inner.removed_up_to.read().unwrap_or_else(PoisonError::into_inner);
-        let mut tables = self.write_tables();
+        let mut map = write(&self.inner.map);
+        let start = map.removed_up_to;
         let mut created = false;
-        let table = tables.entry(key.clone()).or_insert_with(|| {
+        let slot = map.tables.entry(key.clone()).or_insert_with(|| {
             created = true;
             let table = if start == 0 { ResourceTable::new() } else { ResourceTable::after(start) };
-            Arc::new(RwLock::new(table))
+            Arc::new(Slot { table: RwLock::new(table), removed: AtomicBool::new(false) })
         });
-        (table.clone(), created)
+        (slot.clone(), created)
     }
+}
 
-    fn write_tables(
-        &self,
-    ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<K, Arc<RwLock<ResourceTable>>>> {
-        self.inner.tables.write().unwrap_or_else(PoisonError::into_inner)
-    }
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<K: std::fmt::Debug> std::fmt::Debug for Tables<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let tables = self.inner.tables.read().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("Tables").field("keys", &tables.keys().collect::<Vec<_>>()).finish()
+        let map = read(&self.inner.map);
+        f.debug_struct("Tables").field("keys", &map.tables.keys().collect::<Vec<_>>()).finish()
     }
 }
 
@@ -239,51 +294,60 @@ struct TableWatch<K: Eq + Hash> {
 
 impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        let tables = self.inner.tables.read().unwrap_or_else(PoisonError::into_inner);
-        let table = tables.get(&self.key).cloned();
-        drop(tables);
-        match table {
-            Some(table) => f(&*table.read().unwrap_or_else(PoisonError::into_inner)),
+        let slot = read(&self.inner.map).tables.get(&self.key).cloned();
+        match slot {
+            Some(slot) => f(&*read(&slot.table)),
             None => f(&Unready),
         }
     }
 
     /// Makes the names the table does not hold (when the tables generate resources), with no
-    /// lock held while the user's function runs, then applies every answer in one update.
+    /// lock held while the user's function runs, then applies the answers in one update. A key
+    /// with no table is not generated for: its streams wait for the key to be loaded.
     fn subscribed(&self, names: &mut dyn Iterator<Item = &str>) {
         let Some(generate) = &self.inner.generate else { return };
         let tables = Tables { inner: self.inner.clone() };
+        if !tables.is_ready(&self.key) {
+            return;
+        }
         let mut made = Vec::new();
         for name in names {
             if name == xds_core::WILDCARD || xds_core::xdstp::is_glob_name(name) {
                 continue;
             }
+            // Rule C1: looked up, and asked for, by the normal form the table is keyed by.
+            let Ok(name) = xds_core::xdstp::normalize(name) else { continue };
             let held = tables
-                .read(&self.key, |t| t.get(name).is_some() || t.resource_error(name).is_some());
-            if held != Some(true) {
-                made.push((name.to_owned(), generate(&self.key, name)));
+                .read(&self.key, |t| t.get(&name).is_some() || t.resource_error(&name).is_some());
+            if held == Some(false) {
+                match generate(&self.key, &name) {
+                    Ok(None) => {} // nothing to keep: the client is told NOT_FOUND
+                    answer => made.push((name.into_owned(), answer)),
+                }
             }
         }
         if made.is_empty() {
             return;
         }
-        tables.update(&self.key, |table| {
+        tables.update_existing(&self.key, |table| {
             for (name, answer) in made {
-                match answer {
+                let error = match answer {
                     Ok(Some(resource)) if table.is_named(&resource, &name) => {
                         table.upsert(resource);
+                        continue;
                     }
                     Ok(Some(resource)) => {
                         let message = format!(
                             "the control plane made a resource named {:?} for this name",
                             xds_core::echo(resource.name()).to_string()
                         );
-                        table.set_error(&name, Some(ErrorDetail { code: code::INTERNAL, message }));
+                        ErrorDetail { code: code::INTERNAL, message }
                     }
-                    Ok(None) => {}
-                    Err(error) => {
-                        table.set_error(&name, Some(error));
-                    }
+                    Ok(None) => continue,
+                    Err(error) => error,
+                };
+                if table.error_count() < MAX_GENERATED_ERRORS {
+                    table.set_error(&name, Some(error));
                 }
             }
         });
@@ -384,6 +448,11 @@ mod tests {
         });
         let signal = Arc::new(Signal::new());
         let watch = tables.watch(1, signal.clone());
+        watch.subscribed(&mut ["a"].into_iter());
+        assert!(calls.lock().unwrap().is_empty(), "a key not loaded yet is not generated for");
+        assert!(!tables.is_ready(&1), "and asking does not make it ready");
+        tables.update(&1, |_| ());
+        assert!(raised(&signal));
         watch.subscribed(&mut ["a", "wrong", "none", "*"].into_iter());
         assert!(raised(&signal), "the stream looks again");
         assert_eq!(*calls.lock().unwrap(), ["a", "wrong", "none"], "never the wildcard");
@@ -397,5 +466,18 @@ mod tests {
         assert_eq!(error.map(|e| e.code), Some(code::INTERNAL));
         watch.subscribed(&mut ["a", "wrong", "none"].into_iter());
         assert_eq!(calls.lock().unwrap().len(), 4, "only the name nothing was kept for");
+    }
+
+    #[test]
+    fn generated_errors_for_names_a_peer_picks_are_bounded() {
+        let tables = Tables::generated(|_: &u8, name: &str| {
+            Err(ErrorDetail { code: code::UNAVAILABLE, message: format!("cannot make {name}") })
+        });
+        tables.update(&1, |_| ());
+        let watch = tables.watch(1, Arc::new(Signal::new()));
+        let names: Vec<String> = (0..MAX_GENERATED_ERRORS + 500).map(|i| format!("n{i}")).collect();
+        watch.subscribed(&mut names.iter().map(String::as_str));
+        let kept = tables.read(&1, ResourceTable::error_count);
+        assert_eq!(kept, Some(MAX_GENERATED_ERRORS));
     }
 }

@@ -476,9 +476,11 @@ impl AllowList {
         self
     }
 
-    /// Admits only peers whose verified client certificate names the node they claim to be, as
-    /// `identity` decides ([`NodeIdentity::check_identity`]: a DNS or URI name equal to the id,
-    /// or a SPIFFE id of its trust domains). Its grouping check is not asked.
+    /// Admits only peers that `identity` admits: a verified client certificate naming the node
+    /// they claim to be ([`NodeIdentity::check_identity`]: a DNS or URI name equal to the id,
+    /// or a SPIFFE id of its trust domains), and, when `identity` groups nodes, a node whose
+    /// cluster, metadata or locality selects its own group or a shared one (a grouping given
+    /// here is never dropped: a node could otherwise claim another tenant's group).
     #[must_use]
     pub fn verified(mut self, identity: NodeIdentity) -> Self {
         self.identity = Some(identity);
@@ -523,6 +525,7 @@ impl AllowList {
         }
         if let Some(identity) = &self.identity {
             identity.check_identity(peer, node)?;
+            identity.check_group(node)?;
         }
         Ok(())
     }
@@ -801,6 +804,16 @@ mod tests {
         assert_eq!(ask_as(&verified, &envoy1, &node("envoy-1", ""), Entry::Stream), Ok(()));
         assert!(ask_as(&verified, &envoy1, &node("envoy-2", ""), Entry::Stream).is_err());
         assert!(ask_as(&verified, &envoy1, &node("envoy-3", ""), Entry::Stream).is_err());
+        // A grouping given with the identity is asked too: envoy-1, with its own certificate,
+        // may not claim another tenant's group through its cluster.
+        let by_cluster =
+            |n: &Node| if n.cluster.is_empty() { n.id.clone() } else { n.cluster.clone() };
+        let grouped = AllowList::new()
+            .node_ids(["envoy-1"])
+            .verified(NodeIdentity::new().grouping(by_cluster));
+        assert_eq!(ask_as(&grouped, &envoy1, &node("envoy-1", ""), Entry::Stream), Ok(()));
+        let other_tenant = ask_as(&grouped, &envoy1, &node("envoy-1", "tenant-b"), Entry::Stream);
+        assert!(other_tenant.unwrap_err().0.contains("selects group"));
     }
 
     #[test]

@@ -37,6 +37,8 @@ impl Inventory {
             let known = name.strip_prefix("svc-").and_then(|n| n.parse::<u32>().ok());
             Ok(known.filter(|&n| n < 10_000).map(|n| EncodedResource::new(&cla(name, n)).unwrap()))
         });
+        // Loaded (empty): a key without a table is not ready, and nothing is made for it.
+        tables.update(&ResourceType::ClusterLoadAssignment, |_| ());
         Inventory { tables, made }
     }
 }

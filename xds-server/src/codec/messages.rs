@@ -70,7 +70,7 @@ pub struct DeltaWire {
     pub heartbeat: bool,
 }
 
-/// The entries of a whole [`ResourceSet`] as they go on the wire: the same bytes for every
+/// The entries of a whole [`ResourceSet`](xds_core::ResourceSet) as they go on the wire: the same bytes for every
 /// client that gets the set, written without a copy (`codec::body`).
 #[derive(Clone, Debug)]
 pub struct EncodedSet {
