@@ -158,7 +158,8 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// streams watching `key` if its revision moved. Returns what `f` returns.
     ///
     /// `f` runs under the table's write lock: streams reading this key wait for it, others do
-    /// not. Encode resources before calling, not inside `f`. Streams are signalled after the
+    /// not. Encode resources before calling, not inside `f`, and do not call these tables from
+    /// `f` (a concurrent [`remove`](Self::remove) would wait for `f` while `f` waits for it). Streams are signalled after the
     /// lock is released, so a woken stream reads the new state.
     pub fn update<R>(&self, key: &K, f: impl FnOnce(&mut ResourceTable) -> R) -> R {
         let mut created = false;
