@@ -11,7 +11,16 @@ use xds_proto::EncodedResource;
 use super::encode::{
     delta_resource_len, len_delimited, put_delta_resource, put_sotw_any, sotw_any_len,
 };
-use super::messages::EncodedSet;
+
+/// The entries of a whole [`ResourceSet`] as they go on the wire: the same bytes for every
+/// client that gets the set, written without a copy (`codec::body`).
+#[derive(Clone, Debug)]
+pub struct EncodedSet {
+    /// The entries, each with its field key and length.
+    pub bytes: Bytes,
+    /// The resource bodies they carry, in bytes (for metrics).
+    pub body_bytes: usize,
+}
 
 /// A set's encodings, made when a response carries the set whole and kept only while responses
 /// use them: in a storm every joining client of a view gets the same set, so it is encoded once

@@ -19,7 +19,7 @@ use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
 use xds_proto::{EncodedResource, TypeUrl};
 
 use super::encode::*;
-use super::encodings::{RecentEncodings, SetVariant, encoded_set};
+use super::encodings::{EncodedSet, RecentEncodings, SetVariant, encoded_set};
 
 /// A `DiscoveryResponse` over encoded resources.
 #[derive(Debug, Default)]
@@ -68,16 +68,6 @@ pub struct DeltaWire {
     pub spellings: BTreeMap<String, String>,
     /// A heartbeat: every resource goes out without its body.
     pub heartbeat: bool,
-}
-
-/// The entries of a whole [`ResourceSet`](xds_core::ResourceSet) as they go on the wire: the same bytes for every
-/// client that gets the set, written without a copy (`codec::body`).
-#[derive(Clone, Debug)]
-pub struct EncodedSet {
-    /// The entries, each with its field key and length.
-    pub bytes: Bytes,
-    /// The resource bodies they carry, in bytes (for metrics).
-    pub body_bytes: usize,
 }
 
 impl SotwWire {

@@ -12,6 +12,7 @@ mod encodings;
 pub(crate) mod frame;
 pub(crate) mod messages;
 
+pub use encodings::EncodedSet;
 pub(crate) use encodings::RecentEncodings;
 pub(crate) use messages::Framed;
-pub use messages::{DeltaWire, EncodedSet, SotwWire};
+pub use messages::{DeltaWire, SotwWire};
