@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use xds_cache::SnapshotCache;
 use xds_server::admin::OTHER_GROUP_LABEL;
 
+use util::raw_http::{Reply, request};
 use util::*;
 
 /// Serves `router` on a loopback port.
@@ -24,36 +24,6 @@ async fn serve_admin(router: axum::Router) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
-}
-
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-/// One HTTP/1.1 request on its own connection (`Connection: close`, so the reply ends at EOF).
-async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Reply { status, head: head.to_ascii_lowercase(), body: body.to_owned() }
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Reply {

@@ -2,16 +2,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 
+mod util;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use xds_cache::{Snapshot, SnapshotCache};
 use xds_proto::ResourceType;
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_server::{ServerConfig, XdsServer};
+
+use util::raw_http::{Reply, request};
 
 const NODE: &str = "n1";
 
@@ -34,35 +36,6 @@ async fn serve(cache: &SnapshotCache, config: ServerConfig) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, server.rest_router()).await });
     addr
-}
-
-struct Reply {
-    status: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-/// One HTTP/1.1 request on its own connection (`Connection: close`, so the reply ends at EOF).
-async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> Reply {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Reply { status, body: body.to_owned() }
 }
 
 async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {

@@ -3,6 +3,8 @@
 //! fails instead of hanging.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw_http;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
