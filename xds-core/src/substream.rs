@@ -168,7 +168,9 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         defer_removals: bool,
     ) -> (Diff<R>, Vec<ResourceError>) {
         let removals = if defer_removals { Removals::Defer } else { Removals::Send };
-        let mut diff = self.tracker.diff(&self.subscription, self.traits, view, removals);
+        let (mut diff, commit) =
+            self.tracker.compare(&self.subscription, self.traits, view, removals);
+        self.tracker.commit(commit, &self.subscription);
         let errors = self.naming.errors(
             view,
             &self.subscription,

@@ -1,5 +1,6 @@
 //! What a client holds, and the comparison of that with a view: the part SotW and delta share.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -61,8 +62,8 @@ impl<R> Default for Tracker<R> {
     }
 }
 
-/// The outcome of comparing the client's state with a view. The tracker is already updated as if
-/// the response built from it had been sent.
+/// What comparing the client's state with a view found to send. The tracker records it as sent
+/// only when given the [`Commit`] that came with it.
 pub(crate) struct Diff<R> {
     /// Every resource of this set is to be sent (a joining client covering all of the view's
     /// shared set), beside `send`, which then has none of its names.
@@ -92,9 +93,38 @@ impl<R: Resource> Diff<R> {
 
 /// A [`Diff`] being built name by name: what to send is collected by name first, as a
 /// resource found through several aliases is sent once.
-struct Compared<R> {
+struct Found<R> {
     send: BTreeMap<String, (R, BTreeSet<String>)>,
     diff: Diff<R>,
+}
+
+/// What the client will hold once the response of a [`Diff`] is sent: the outcome of
+/// [`Tracker::compare`], recorded by [`Tracker::commit`].
+pub(crate) struct Commit<R> {
+    /// Per name, in the order found: what the client now holds, or that it holds nothing.
+    changes: Vec<Holding<R>>,
+    /// Removals put off (rule O1): the ones still to look at next time.
+    deferred: BTreeSet<String>,
+    /// The view revision compared.
+    revision: u64,
+    /// The view's shared set, to become the base once nothing is put off.
+    base: Option<ResourceSet<R>>,
+}
+
+/// One name's change in what the client holds.
+enum Holding<R> {
+    Hold(Arc<str>, Held<R>),
+    Unhold(String),
+}
+
+/// What a complete comparison looks at, besides the tracker.
+struct Comparing<'a, V: ?Sized> {
+    sub: &'a Subscription,
+    traits: TypeTraits,
+    view: &'a V,
+    removals: Removals,
+    /// Names sent whatever the client holds (rules S12, D2, D10).
+    forced: &'a BTreeSet<String>,
 }
 
 /// Whether `name` is covered by the subscription (the wildcard, its name, or a glob it is a
@@ -395,78 +425,97 @@ impl<R: Resource> Tracker<R> {
         }
     }
 
-    /// Compares what the client holds with `view` for subscription `sub` and records the result as
-    /// sent. Looks only at what changed since the last comparison when the view can tell.
-    pub(crate) fn diff<V: View<Resource = R> + ?Sized>(
-        &mut self,
+    /// Compares what the client holds with `view` for subscription `sub`: what to send, and
+    /// what the client will hold once it is sent. Changes nothing; [`commit`](Self::commit)
+    /// records the outcome. Looks only at what changed since the last comparison when the view
+    /// can tell.
+    pub(crate) fn compare<V: View<Resource = R> + ?Sized>(
+        &self,
         sub: &Subscription,
         traits: TypeTraits,
         view: &V,
         removals: Removals,
-    ) -> Diff<R> {
+    ) -> (Diff<R>, Commit<R>) {
         // A base is for own-name holdings of plain types: aliases (VHDS) keep per-name state.
         let set = if traits.aliases { None } else { view.resource_set() };
         let set = set.filter(|set| !set.any_ttl());
-        let answer_owed = !self.forced_globs.is_empty();
-        // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
-        let new_globs: Vec<String> = self.forced_globs.iter().cloned().collect();
-        let mut diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
-            self.first_diff(sub, view, set.as_ref())
-        } else {
-            self.force_glob_members(sub, view, set.as_ref());
-            self.compare_all(sub, traits, view, set.as_ref(), removals)
+        let mut commit = Commit {
+            changes: Vec::new(),
+            deferred: BTreeSet::new(),
+            revision: view.revision(),
+            base: set.clone(),
         };
-        diff.answer_owed = answer_owed;
-        diff.recheck.extend(new_globs);
+        let mut diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
+            self.first_diff(sub, view, set.as_ref(), &mut commit)
+        } else {
+            let forced = self.forced_with_glob_members(sub, view, set.as_ref());
+            let comparing = Comparing { sub, traits, view, removals, forced: &forced };
+            self.compare_all(&comparing, set.as_ref(), &mut commit)
+        };
+        diff.answer_owed = !self.forced_globs.is_empty();
+        // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
+        diff.recheck.extend(self.forced_globs.iter().cloned());
+        (diff, commit)
+    }
+
+    /// Records the outcome of [`compare`](Self::compare) as sent, for the same subscription.
+    pub(crate) fn commit(&mut self, commit: Commit<R>, sub: &Subscription) {
+        let Commit { changes, deferred, revision, base } = commit;
+        for change in changes {
+            match change {
+                Holding::Hold(key, held) => self.hold(key, held),
+                Holding::Unhold(name) => self.unhold(&name, sub),
+            }
+        }
+        self.deferred = deferred;
         self.forced.clear();
         self.forced_globs.clear();
         if sub.is_empty() && self.holds_nothing() {
             // Nothing to compare, nothing to base (a first poll before the names arrive): the
             // names, when they come, are compared in one pass as a joining client's are.
             self.synced = None;
-            return diff;
+            return;
         }
-        self.synced = Some(view.revision());
-        if let Some(set) = set
+        self.synced = Some(revision);
+        if let Some(set) = base
             && self.deferred.is_empty()
         {
             self.rebase(set);
         }
-        diff
     }
 
-    /// Marks the members of newly subscribed globs for sending (rule D2), but not those a
-    /// reconnecting client declared it holds (rule D7: it is sent only what differs).
-    fn force_glob_members<V: View<Resource = R> + ?Sized>(
-        &mut self,
+    /// The names to send whatever the client holds: those marked, and the members of newly
+    /// subscribed globs (rule D2) but not those a reconnecting client declared it holds (rule
+    /// D7: it is sent only what differs).
+    fn forced_with_glob_members<V: View<Resource = R> + ?Sized>(
+        &self,
         sub: &Subscription,
         view: &V,
         set: Option<&ResourceSet<R>>,
-    ) {
-        for glob in std::mem::take(&mut self.forced_globs) {
-            if !sub.has_glob(&glob) {
-                continue;
-            }
-            let (held, forced) = (&self.held, &mut self.forced);
-            each_member(view, set, &glob, &mut |r| {
-                if !matches!(held.get(r.name()), Some(HeldRef::Declared(_))) {
+    ) -> Cow<'_, BTreeSet<String>> {
+        let mut forced = Cow::Borrowed(&self.forced);
+        for glob in self.forced_globs.iter().filter(|glob| sub.has_glob(glob)) {
+            let forced = forced.to_mut();
+            each_member(view, set, glob, &mut |r| {
+                if !matches!(self.held.get(r.name()), Some(HeldRef::Declared(_))) {
                     forced.insert(r.name().to_owned());
                 }
             });
         }
+        forced
     }
 
     /// The first comparison of a client that holds nothing (a joining client): everything the
     /// subscription covers is sent, in one pass over the view or the subscription, with no
     /// per-name state when the view has a shared set.
     fn first_diff<V: View<Resource = R> + ?Sized>(
-        &mut self,
+        &self,
         sub: &Subscription,
         view: &V,
         set: Option<&ResourceSet<R>>,
+        commit: &mut Commit<R>,
     ) -> Diff<R> {
-        // Nothing held, so nothing can be waiting for removal.
-        self.deferred.clear();
+        // Nothing held, so nothing can be waiting for removal: `commit.deferred` stays empty.
         let mut whole = None;
         let mut send: Vec<(R, Vec<String>)> = Vec::new();
         let mut absent = Vec::new();
@@ -532,13 +581,13 @@ impl<R: Resource> Tracker<R> {
             }
         }
         if set.is_none() {
-            for (r, _) in &send {
-                self.hold(r.shared_name(), Held::Sent(r.clone()));
-            }
+            let sent =
+                send.iter().map(|(r, _)| Holding::Hold(r.shared_name(), Held::Sent(r.clone())));
+            commit.changes.extend(sent);
         }
-        for (name, _) in &absent {
-            self.hold(Arc::from(name.as_str()), Held::Absent);
-        }
+        let absent_held =
+            absent.iter().map(|(name, _)| Holding::Hold(name.as_str().into(), Held::Absent));
+        commit.changes.extend(absent_held);
         let recheck = Vec::new();
         Diff { whole, send, removed: Vec::new(), absent, recheck, answer_owed: false }
     }
@@ -567,16 +616,12 @@ impl<R: Resource> Tracker<R> {
     /// Compares every candidate name: the slow path, for clients that hold something and whose
     /// view cannot tell what changed (or for the first comparison of a reconnected client).
     fn compare_all<V: View<Resource = R> + ?Sized>(
-        &mut self,
-        sub: &Subscription,
-        traits: TypeTraits,
-        view: &V,
+        &self,
+        comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
-        removals: Removals,
+        commit: &mut Commit<R>,
     ) -> Diff<R> {
-        let candidates = self.candidates(sub, traits, view, set);
-        self.deferred.clear();
-        let mut out = Compared {
+        let mut found = Found {
             send: BTreeMap::new(),
             diff: Diff {
                 whole: None,
@@ -587,10 +632,10 @@ impl<R: Resource> Tracker<R> {
                 answer_owed: false,
             },
         };
-        for name in candidates {
-            self.compare(&name, sub, traits, view, removals, &mut out);
+        for name in self.candidates(comparing, set) {
+            self.compare_name(&name, comparing, &mut found, commit);
         }
-        let Compared { send, mut diff } = out;
+        let Found { send, mut diff } = found;
         diff.send = send
             .into_values()
             .map(|(r, aliases): (R, BTreeSet<String>)| (r, aliases.into_iter().collect()))
@@ -600,11 +645,10 @@ impl<R: Resource> Tracker<R> {
 
     fn candidates<V: View<Resource = R> + ?Sized>(
         &self,
-        sub: &Subscription,
-        traits: TypeTraits,
-        view: &V,
+        comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
     ) -> BTreeSet<String> {
+        let Comparing { sub, traits, view, .. } = *comparing;
         let mut names = BTreeSet::new();
         let incremental = match self.synced {
             Some(revision) => view.changed_since(revision, &mut |n| {
@@ -632,21 +676,23 @@ impl<R: Resource> Tracker<R> {
             // subscription again (VHDS subscriptions are small).
             names.extend(sub.names().iter().cloned());
         }
-        names.extend(self.forced.iter().cloned());
+        names.extend(comparing.forced.iter().cloned());
         names.extend(self.deferred.iter().cloned());
         names
     }
 
-    fn compare<V: View<Resource = R> + ?Sized>(
-        &mut self,
+    /// Compares one name: what to send of it, and what the client holds under it afterwards.
+    /// A name is compared once per comparison, so what is recorded for it in `commit` changes
+    /// nothing that a later name's comparison reads.
+    fn compare_name<V: View<Resource = R> + ?Sized>(
+        &self,
         name: &str,
-        sub: &Subscription,
-        traits: TypeTraits,
-        view: &V,
-        removals: Removals,
-        out: &mut Compared<R>,
+        comparing: &Comparing<'_, V>,
+        found: &mut Found<R>,
+        commit: &mut Commit<R>,
     ) {
-        let Compared { send, diff } = out;
+        let Comparing { sub, traits, view, removals, forced } = *comparing;
+        let Found { send, diff } = found;
         if sub.has_glob(name) {
             // A subscribed glob reported as changed: an error may have been attached to it
             // (rule C4). It is not a resource of its own.
@@ -657,19 +703,20 @@ impl<R: Resource> Tracker<R> {
         let direct = view.get(name);
         // Rule C2: a member of a subscribed glob is wanted while it exists.
         let interested = explicit || (direct.is_some() && (sub.is_wildcard() || sub.in_glob(name)));
-        let found = match direct {
+        let resolved = match direct {
             Some(r) => Some((r, false)),
             None if traits.aliases && explicit => view.resolve_alias(name).map(|r| (r, true)),
             None => None,
         };
-        let forced = self.forced.contains(name);
-        match found {
+        let forced = forced.contains(name);
+        let changes = &mut commit.changes;
+        match resolved {
             Some((resource, via_alias)) if interested => {
                 let held = self.get(name, sub);
                 let declared = matches!(held, Some(HeldRef::Declared(_)));
+                let key = || if via_alias { Arc::from(name) } else { resource.shared_name() };
                 if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
-                    let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
-                    self.hold(key, Held::Sent(resource.clone()));
+                    changes.push(Holding::Hold(key(), Held::Sent(resource.clone())));
                     let entry = send
                         .entry(resource.name().to_owned())
                         .or_insert_with(|| (resource, BTreeSet::new()));
@@ -679,13 +726,12 @@ impl<R: Resource> Tracker<R> {
                 } else if declared {
                     // The client declared on reconnect the version it holds (rule D7): from
                     // now on it holds this very resource, which costs a handle, not a copy.
-                    let key = if via_alias { Arc::from(name) } else { resource.shared_name() };
-                    self.hold(key, Held::Sent(resource));
+                    changes.push(Holding::Hold(key(), Held::Sent(resource)));
                 }
             }
             Some(_) => {
                 // Exists but is no longer of interest: the client drops it on its own.
-                self.unhold(name, sub);
+                changes.push(Holding::Unhold(name.to_owned()));
             }
             None => match self.get(name, sub) {
                 // Rule O1 puts a removal off, unless the client just (re)subscribed to the name
@@ -694,19 +740,19 @@ impl<R: Resource> Tracker<R> {
                 Some(HeldRef::Sent(_) | HeldRef::Declared(_))
                     if removals == Removals::Defer && !forced =>
                 {
-                    self.deferred.insert(name.to_owned());
+                    commit.deferred.insert(name.to_owned());
                 }
                 Some(HeldRef::Sent(_) | HeldRef::Declared(_)) => {
                     diff.removed.push(name.to_owned());
-                    if explicit {
-                        self.hold(Arc::from(name), Held::Absent);
+                    changes.push(if explicit {
+                        Holding::Hold(Arc::from(name), Held::Absent)
                     } else {
-                        self.unhold(name, sub);
-                    }
+                        Holding::Unhold(name.to_owned())
+                    });
                 }
                 Some(HeldRef::Absent) if !forced => diff.recheck.push(name.to_owned()),
                 _ if explicit => {
-                    self.hold(Arc::from(name), Held::Absent);
+                    changes.push(Holding::Hold(Arc::from(name), Held::Absent));
                     diff.absent.push((name.to_owned(), traits.aliases));
                 }
                 _ => {}
@@ -823,6 +869,46 @@ mod tests {
             view.set(&format!("cluster-{i:05}"), "1");
         }
         view
+    }
+
+    /// The names a diff sends, in order, and the names it removes.
+    fn names_of(diff: &Diff<Res>) -> (Vec<String>, Vec<String>) {
+        let whole = diff.whole.iter().flat_map(|set| set.iter());
+        let sent = whole.chain(diff.send.iter().map(|(r, _)| r)).map(|r| r.name().to_owned());
+        (sent.collect(), diff.removed.clone())
+    }
+
+    #[test]
+    fn a_comparison_changes_nothing_until_it_is_committed() {
+        let mut view = Shared::default();
+        view.set("a", "1");
+        view.set("b", "1");
+        let mut sub = Subscription::default();
+        let _ = sub.apply_sotw(vec!["a".into(), "b".into(), "c".into()], true, false);
+        let mut tracker = Tracker::<Res>::default();
+        // Per-name state (no shared set): what is held is recorded name by name.
+        let plain = TypeTraits { wildcard_capable: false, full_state: false, aliases: true };
+
+        let (first, _) = tracker.compare(&sub, plain, &view, Removals::Send);
+        let (again, commit) = tracker.compare(&sub, plain, &view, Removals::Send);
+        assert_eq!(names_of(&first), names_of(&again), "comparing twice finds the same");
+        assert_eq!(names_of(&first).0, ["a", "b"]);
+        assert_eq!(first.absent, [("c".to_owned(), true)]);
+        assert!(tracker.holds_nothing() && !tracker.has_compared(), "nothing recorded yet");
+
+        tracker.commit(commit, &sub);
+        assert!(tracker.has_compared());
+        let (after, _) = tracker.compare(&sub, plain, &view, Removals::Send);
+        assert!(after.is_empty(), "what was committed is held: nothing more to send");
+
+        view.delete("b");
+        let (deferred, commit) = tracker.compare(&sub, plain, &view, Removals::Defer);
+        assert!(deferred.removed.is_empty());
+        assert!(tracker.deferred().is_empty(), "a removal is put off only when committed");
+        tracker.commit(commit, &sub);
+        assert_eq!(tracker.deferred().iter().collect::<Vec<_>>(), ["b"]);
+        let (removal, _) = tracker.compare(&sub, plain, &view, Removals::Send);
+        assert_eq!(names_of(&removal), (Vec::new(), vec!["b".to_owned()]));
     }
 
     #[test]
