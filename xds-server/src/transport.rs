@@ -33,7 +33,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::server::TlsStream;
@@ -47,6 +46,9 @@ mod peers;
 
 pub use open_files::{FdLimit, MAX_RAISED_FD_LIMIT, fd_limit, raise_fd_limit};
 use peers::{PeerCounts, PeerSlot, Refusals};
+/// The TLS library [`tls_config`] and [`Incoming::tls`] take their configuration from, so that
+/// a server can name `rustls::ServerConfig` without depending on the same version itself.
+pub use tokio_rustls::rustls;
 
 /// How connections are accepted.
 #[derive(Clone, Debug)]

@@ -1,5 +1,5 @@
 //! What a reload of `xds-file-server --config DIR` costs, loader and cache together, for the
-//! loading figures of `docs/benchmarks.md` (issue 12). Not a criterion benchmark: each case is
+//! loading figures of `docs/benchmarks.md` ("Loading configuration"). Not a criterion benchmark: each case is
 //! one large state change, timed once, with the process's peak memory.
 //!
 //! ```sh

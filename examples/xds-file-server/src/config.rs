@@ -74,7 +74,7 @@ impl fmt::Display for ConfigError {
 pub fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let err =
         |reason: String| ConfigError { file: path.to_owned(), location: String::new(), reason };
-    // `metadata` never opens the path, so a FIFO or device here cannot block us (finding 3).
+    // `metadata` never opens the path, so a FIFO or device here cannot block us.
     let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
     if !meta.is_dir() {
         return Ok(vec![path.to_owned()]);
@@ -160,7 +160,7 @@ pub fn parse_str(file: &Path, text: &str) -> Result<Config, ConfigError> {
 }
 
 /// One file's resources, by group, in the order the file lists them: what the loader keeps per
-/// file so that an unchanged file is never parsed again (finding 6).
+/// file so that an unchanged file is never parsed again (a reload costs what changed).
 #[derive(Debug, Default)]
 pub struct ParsedFile {
     groups: BTreeMap<String, Vec<EncodedResource>>,
@@ -188,7 +188,7 @@ impl ParsedFile {
 ///
 /// The text is read one resource at a time (`xds_proto::read_resource_document`): each is
 /// encoded and dropped before the next is read, so a load holds the text, one resource's JSON and
-/// the encoded resources, not a tree of the whole document (~17x the file's size, issue 26).
+/// the encoded resources, not a tree of the whole document (~17x the file's size).
 fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<ParsedFile, ConfigError> {
     let err =
         |location: String, reason: String| ConfigError { file: file.to_owned(), location, reason };
@@ -198,7 +198,8 @@ fn parse_file(file: &Path, text: &str, interned: &mut Interner) -> Result<Parsed
         TextFormat::Yaml
     };
     let mut parsed = ParsedFile::default();
-    // Both parsers bound nesting depth (xds_proto::MAX_NESTING) in linear time (finding 5).
+    // Both parsers bound nesting depth (xds_proto::MAX_NESTING) in linear time: a deeply nested
+    // file is refused, not a stack overflow.
     let read = xds_proto::read_resource_document(text, format, |part| match part {
         DocumentPart::Group(name) => {
             parsed.groups.entry(name.to_owned()).or_default();

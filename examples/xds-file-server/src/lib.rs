@@ -10,7 +10,6 @@ use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 use xds_server::lrs::{LoadReportingServer, LrsConfig, ReportRequest};
-use xds_server::transport::{Incoming, TransportConfig, serve_http, tls_config};
 use xds_server::{FileFormat, FileWriter, Limits, NodeIdentity, UnauthenticatedSecrets, XdsServer};
 
 mod admin;
@@ -21,15 +20,22 @@ pub mod cli;
 pub mod config;
 mod conn_caps;
 pub mod etcd;
+mod ports;
 mod reload;
 
 use admin::{ConfigDump, ConfigState, admin_router};
 use banner::print_banner;
 use cli::{Args, Format};
 use config::DEFAULT_GROUP;
+use ports::Ports;
 use reload::{ReloadTiming, Reloader, publish};
 
 /// Runs the control plane until SIGINT or SIGTERM.
+///
+/// The stages, in order: the configuration source is read (files) or named (etcd); the cache
+/// and the server are built; every port is bound; only then is anything served or written
+/// (the source is followed, `--write-dir` is written, the ports serve) until a signal drains
+/// the streams.
 ///
 /// # Errors
 ///
@@ -37,55 +43,16 @@ use reload::{ReloadTiming, Reloader, publish};
 /// unreadable TLS files. Once serving, reload errors are reported, not returned.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let from_etcd = !args.etcd.is_empty();
-    if !from_etcd && args.config.as_os_str() == cli::DEFAULT_CONFIG && !args.config.exists() {
-        return Err(format!(
-            "cannot start: no --config given and no {} in the working directory {}; pass \
-             --config FILE|DIR (the repository ships examples/xds-file-server/config/default.yaml)",
-            cli::DEFAULT_CONFIG,
-            std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
-        )
-        .into());
-    }
+    require_config(&args, from_etcd)?;
     // Before anything opens a descriptor that counts: caps that do not fit the limit stop here.
     let caps = conn_caps::plan(&args, conn_caps::open_file_limit())
         .map_err(|e| format!("cannot start: {e}"))?;
     // From etcd, nothing is served (and /ready says so) until the source's first valid read.
-    let files = if from_etcd {
-        None
-    } else {
-        let mut loader = config::Loader::new(&args.config, args.max_config_bytes);
-        let loaded = config::fingerprint(&args.config);
-        let initial =
-            loader.load().map_err(|e| format!("cannot start: {}", e.into_config_error()))?;
-        Some((loader, loaded, initial))
-    };
-    let initial_names = files
-        .as_ref()
-        .map(|(_, _, initial)| initial.groups.keys().cloned().collect::<Vec<_>>())
-        .unwrap_or_default();
+    let files = if from_etcd { None } else { Some(InitialFiles::load(&args)?) };
+    let initial_names = files.as_ref().map(InitialFiles::group_names).unwrap_or_default();
     let group_names = Arc::new(RwLock::new(initial_names));
-    let names = group_names.clone();
-    // A node is served the group named by its id, else by its cluster, else the default group.
-    // The authorization policy groups with the same function (finding 3).
-    //
-    // Under --verify-node-id a cluster selects only a --shared-group: the cluster is the client's
-    // claim, not its identity, and groups come and go with reloads. A stream admitted while a
-    // cluster named no group would otherwise be moved by `regroup` into that group once it
-    // appears, without the policy being asked again.
-    let cluster_groups = args.verify_node_id.then(|| args.shared_group.clone());
-    let grouping = move |node: &Node| {
-        let names = names.read().unwrap_or_else(|e| e.into_inner());
-        let cluster_allowed =
-            |c: &String| cluster_groups.as_ref().is_none_or(|shared| shared.contains(c));
-        [&node.id, &node.cluster]
-            .into_iter()
-            .enumerate()
-            .find(|(i, k)| !k.is_empty() && names.contains(k) && (*i == 0 || cluster_allowed(k)))
-            .map(|(_, k)| k.clone())
-            .unwrap_or_else(|| DEFAULT_GROUP.to_owned())
-    };
+    let grouping = grouping(&args, group_names.clone());
     let cache = SnapshotCache::new(grouping.clone());
-    let grouping_for_dump = grouping.clone();
     let state = Arc::new(Mutex::new(ConfigState {
         path: if from_etcd {
             etcd::describe(&args.etcd, &args.prefix)
@@ -95,11 +62,130 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ready_when_stale: args.ready_when_stale,
         ..Default::default()
     }));
-    let files = files.map(|(loader, loaded, initial)| {
-        publish(&cache, initial, &group_names, &state);
-        (loader, loaded)
-    });
+    let files = files.map(|files| files.publish(&cache, &group_names, &state));
 
+    // Decided before anything is served: a guarded admin port also closes CSDS elsewhere.
+    let admin_access = admin_access::admin_access(
+        args.admin_addr,
+        args.admin_token_file.as_deref(),
+        args.admin_client_ca.as_deref(),
+        args.tls_cert.is_some() && args.tls_key.is_some(),
+    )
+    .map_err(|e| format!("cannot start: {e}"))?;
+    let server = build_server(&args, &cache, grouping.clone(), &admin_access);
+    let ports = Ports::bind(&args, &caps, &admin_access).await?;
+
+    follow_source(&args, files, &cache, &group_names, &state)?;
+    if let Some(dir) = &args.write_dir {
+        let format = match args.write_format {
+            Format::Yaml => FileFormat::Yaml,
+            Format::Json => FileFormat::Json,
+            Format::Pb => FileFormat::Binary,
+        };
+        let types = ResourceType::ALL
+            .into_iter()
+            .filter(|t| !t.is_delta_only())
+            .map(TypeUrl::from)
+            .collect();
+        tokio::spawn(FileWriter::new(dir, format).follow(cache.clone(), Node::default(), types));
+    }
+    let dump = ConfigDump { cache: cache.clone(), grouping: Arc::new(grouping) };
+    let mut admin = admin_router(&server, state.clone(), dump);
+    if let admin_access::AdminAccess::Token(token) = admin_access {
+        admin = admin_access::require_token(admin, token);
+    }
+    let tls = ports.tls.is_some();
+    let grpc = ports.serve_http(&server, admin);
+    announce(&args, tls, &caps, &state);
+    grpc.serve(&args, &server, drain_on_signal(server.clone())).await
+}
+
+/// Refuses to start on the default `--config` when there is no such file: the likeliest
+/// mistake is running from another directory, and the message says where the shipped one is.
+fn require_config(args: &Args, from_etcd: bool) -> Result<(), String> {
+    if from_etcd || args.config.as_os_str() != cli::DEFAULT_CONFIG || args.config.exists() {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot start: no --config given and no {} in the working directory {}; pass \
+         --config FILE|DIR (the repository ships examples/xds-file-server/config/default.yaml)",
+        cli::DEFAULT_CONFIG,
+        std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+    ))
+}
+
+/// The configuration files as read at start, before anything is served.
+struct InitialFiles {
+    loader: config::Loader,
+    loaded: Vec<(std::path::PathBuf, Option<config::Stamp>)>,
+    initial: config::Config,
+}
+
+impl InitialFiles {
+    /// Reads `--config`; an invalid or unreadable configuration stops the start.
+    fn load(args: &Args) -> Result<InitialFiles, String> {
+        let mut loader = config::Loader::new(&args.config, args.max_config_bytes);
+        let loaded = config::fingerprint(&args.config);
+        let initial =
+            loader.load().map_err(|e| format!("cannot start: {}", e.into_config_error()))?;
+        Ok(InitialFiles { loader, loaded, initial })
+    }
+
+    fn group_names(&self) -> Vec<String> {
+        self.initial.groups.keys().cloned().collect()
+    }
+
+    /// Serves the initial configuration; what is left follows the files from there.
+    fn publish(
+        self,
+        cache: &SnapshotCache,
+        names: &RwLock<Vec<String>>,
+        state: &Mutex<ConfigState>,
+    ) -> FollowedFiles {
+        publish(cache, self.initial, names, state);
+        FollowedFiles { loader: self.loader, loaded: self.loaded }
+    }
+}
+
+/// The configuration files once served: what the reloader starts from.
+struct FollowedFiles {
+    loader: config::Loader,
+    loaded: Vec<(std::path::PathBuf, Option<config::Stamp>)>,
+}
+
+/// Which group serves a node: the group named by its id, else by its cluster, else the default
+/// group. The authorization policy groups with this same function, so that a stream is checked
+/// against the group it is served.
+///
+/// Under --verify-node-id a cluster selects only a --shared-group: the cluster is the client's
+/// claim, not its identity, and groups come and go with reloads. A stream admitted while a
+/// cluster named no group would otherwise be moved by `regroup` into that group once it
+/// appears, without the policy being asked again.
+fn grouping(
+    args: &Args,
+    names: Arc<RwLock<Vec<String>>>,
+) -> impl Fn(&Node) -> String + Clone + Send + Sync + 'static {
+    let cluster_groups = args.verify_node_id.then(|| args.shared_group.clone());
+    move |node: &Node| {
+        let names = names.read().unwrap_or_else(|e| e.into_inner());
+        let cluster_allowed =
+            |c: &String| cluster_groups.as_ref().is_none_or(|shared| shared.contains(c));
+        [&node.id, &node.cluster]
+            .into_iter()
+            .enumerate()
+            .find(|(i, k)| !k.is_empty() && names.contains(k) && (*i == 0 || cluster_allowed(k)))
+            .map(|(_, k)| k.clone())
+            .unwrap_or_else(|| DEFAULT_GROUP.to_owned())
+    }
+}
+
+/// The xDS server over `cache`: limits, join gate, authorization, load reporting.
+fn build_server(
+    args: &Args,
+    cache: &SnapshotCache,
+    grouping: impl Fn(&Node) -> String + Send + Sync + 'static,
+    admin_access: &admin_access::AdminAccess,
+) -> XdsServer {
     let limits = Limits::default()
         .max_request_bytes(args.max_request_bytes)
         .max_streams(args.max_streams)
@@ -116,14 +202,6 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(permits) = args.join_permits {
         builder = builder.join_permits(permits);
     }
-    // Decided before anything is served: a guarded admin port also closes CSDS elsewhere.
-    let admin_access = admin_access::admin_access(
-        args.admin_addr,
-        args.admin_token_file.as_deref(),
-        args.admin_client_ca.as_deref(),
-        args.tls_cert.is_some() && args.tls_key.is_some(),
-    )
-    .map_err(|e| format!("cannot start: {e}"))?;
     if args.verify_node_id {
         let mut policy =
             NodeIdentity::new().grouping(grouping).shared_groups(args.shared_group.clone());
@@ -152,171 +230,70 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.rest_serve_secrets_without_tls {
         builder = builder.unauthenticated_secrets(UnauthenticatedSecrets::Serve);
     }
-    let server = builder.build();
+    builder.build()
+}
 
-    // Every port listens before anything is served or written: a second instance that cannot
-    // bind stops here, without touching --write-dir (finding 8).
-    let bind = |addr: std::net::SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))
+/// Follows the configuration source from here on: the files (a reload thread) or etcd.
+fn follow_source(
+    args: &Args,
+    files: Option<FollowedFiles>,
+    cache: &SnapshotCache,
+    names: &Arc<RwLock<Vec<String>>>,
+    state: &Arc<Mutex<ConfigState>>,
+) -> Result<(), String> {
+    let Some(FollowedFiles { loader, loaded }) = files else {
+        let max_lag = Duration::from_millis(args.max_lag_ms);
+        let (cache, names, state) = (cache.clone(), names.clone(), state.clone());
+        return etcd::spawn(&args.etcd, &args.prefix, max_lag, cache, names, state);
     };
-    let grpc_listener = bind(args.grpc_addr).await?;
-    let http_listener = bind(args.http_addr).await?;
-    let admin_listener = bind(args.admin_addr).await?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tls_config(cert, key, args.client_ca.as_deref())?),
-        _ => None,
-    };
-    // TLS on the admin port: with client certificates from --admin-client-ca, or to carry a
-    // bearer token off loopback (admin_access refused to start without a certificate then).
-    let admin_tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) if admin_access.needs_tls(args.admin_addr) => {
-            Some(tls_config(cert, key, args.admin_client_ca.as_deref())?)
-        }
-        _ => None,
-    };
-    // A request's headers get as long as a connection's first bytes (HTTP ports).
-    let transport = TransportConfig::default()
-        .handshake_timeout(Duration::from_secs(args.handshake_timeout_s))
-        .header_read_timeout(Duration::from_secs(args.handshake_timeout_s));
-    // Only the gRPC port's connections age: REST requests are short-lived.
-    let grpc_transport = caps.grpc.apply(
-        transport
-            .clone()
-            .max_connection_age(
-                Some(Duration::from_secs(args.max_connection_age_s)).filter(|d| !d.is_zero()),
-            )
-            .max_connection_age_jitter(args.max_connection_age_jitter.clamp(0.0, 1.0)),
-    );
-    let rest_transport = caps.rest.apply(transport.clone());
+    state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed = loader.parsed_total();
+    let quiet = Duration::from_millis(args.reload_quiet_ms);
+    Reloader {
+        loader,
+        loaded,
+        timing: ReloadTiming {
+            quiet,
+            settle_limit: Duration::from_millis(
+                args.reload_settle_ms.max(args.reload_quiet_ms.saturating_mul(2)),
+            ),
+            poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
+            force_polling: args.reload_poll_ms.is_some(),
+        },
+        cache: cache.clone(),
+        names: names.clone(),
+        state: state.clone(),
+    }
+    .spawn()
+    .map_err(|e| format!("cannot start the reload thread: {e}"))
+}
 
-    match files {
-        Some((loader, loaded)) => {
-            state.lock().unwrap_or_else(|e| e.into_inner()).files_parsed = loader.parsed_total();
-            Reloader {
-                loader,
-                loaded,
-                timing: ReloadTiming {
-                    quiet: Duration::from_millis(args.reload_quiet_ms),
-                    settle_limit: Duration::from_millis(
-                        args.reload_settle_ms.max(args.reload_quiet_ms.saturating_mul(2)),
-                    ),
-                    poll: Duration::from_millis(args.reload_poll_ms.unwrap_or(250)),
-                    force_polling: args.reload_poll_ms.is_some(),
-                },
-                cache: cache.clone(),
-                names: group_names.clone(),
-                state: state.clone(),
-            }
-            .spawn()
-            .map_err(|e| format!("cannot start the reload thread: {e}"))?;
-        }
-        None => etcd::spawn(
-            &args.etcd,
-            &args.prefix,
-            Duration::from_millis(args.max_lag_ms),
-            cache.clone(),
-            group_names.clone(),
-            state.clone(),
-        )?,
-    }
-    if let Some(dir) = &args.write_dir {
-        let format = match args.write_format {
-            Format::Yaml => FileFormat::Yaml,
-            Format::Json => FileFormat::Json,
-            Format::Pb => FileFormat::Binary,
-        };
-        let types = ResourceType::ALL
-            .into_iter()
-            .filter(|t| !t.is_delta_only())
-            .map(TypeUrl::from)
-            .collect();
-        tokio::spawn(FileWriter::new(dir, format).follow(cache.clone(), Node::default(), types));
-    }
-
-    let dump = ConfigDump { cache: cache.clone(), grouping: Arc::new(grouping_for_dump) };
-    let mut admin = admin_router(&server, state.clone(), dump);
-    if let admin_access::AdminAccess::Token(token) = admin_access {
-        admin = admin_access::require_token(admin, token);
-    }
-    // The admin port has the xDS ports' guards and an idle timeout: its requests are short, so
-    // idle or slow connections to it are closed.
-    let admin_transport = caps
-        .admin
-        .apply(transport.idle_timeout(Some(Duration::from_secs(args.admin_idle_timeout_s.max(1)))));
-    match admin_tls {
-        Some(tls) => tokio::spawn(serve_http(
-            Incoming::tls(admin_listener, admin_transport, tls),
-            admin,
-            server.shutting_down(),
-        )),
-        None => tokio::spawn(serve_http(
-            Incoming::plain(admin_listener, admin_transport),
-            admin,
-            server.shutting_down(),
-        )),
-    };
-    let rest = server.discovery_router();
-    match &tls {
-        Some(tls) => tokio::spawn(serve_http(
-            Incoming::tls(http_listener, rest_transport, tls.clone()),
-            rest,
-            server.shutting_down(),
-        )),
-        None => tokio::spawn(serve_http(
-            Incoming::plain(http_listener, rest_transport),
-            rest,
-            server.shutting_down(),
-        )),
-    };
+/// Says where the server listens: a banner for people, one JSON line for log pipelines (which
+/// read one object per line, so no free text on stdout).
+fn announce(args: &Args, tls: bool, caps: &conn_caps::ConnectionCaps, state: &Mutex<ConfigState>) {
     if args.log_format == cli::LogFormat::Text {
-        print_banner(&args, tls.is_some(), &caps);
-    } else {
-        // A log pipeline reads one JSON object per line: no free text on stdout.
-        tracing::info!(
-            grpc = %args.grpc_addr,
-            http = %args.http_addr,
-            admin = %args.admin_addr,
-            tls = tls.is_some(),
-            connections = %caps,
-            config = %state.lock().unwrap_or_else(|e| e.into_inner()).path,
-            "serving"
-        );
+        print_banner(args, tls, caps);
+        return;
     }
+    tracing::info!(
+        grpc = %args.grpc_addr,
+        http = %args.http_addr,
+        admin = %args.admin_addr,
+        tls,
+        connections = %caps,
+        config = %state.lock().unwrap_or_else(|e| e.into_inner()).path,
+        "serving"
+    );
+}
 
-    let stopping = server.clone();
-    let shutdown = async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down: open streams end with UNAVAILABLE");
-        // Connections close only once streams have delivered their UNAVAILABLE (or the grace
-        // period passed), so clients reconnect elsewhere at once.
-        let left = stopping.drain().await;
-        if left > 0 {
-            tracing::warn!(streams = left, "shutdown grace passed with streams still open");
-        }
-    };
-    // HTTP/2 windows and frame size stay hyper's (1 MiB stream and connection windows): they
-    // bound what a client sends, which `max_request_bytes` bounds anyway; what the server sends
-    // is paced by the client's windows (docs/benchmarks.md, "Write path and join gate").
-    let grpc = tonic::transport::Server::builder()
-        .http2_keepalive_interval(
-            Some(Duration::from_secs(args.keepalive_interval_s)).filter(|d| !d.is_zero()),
-        )
-        .http2_keepalive_timeout(Some(Duration::from_secs(args.keepalive_timeout_s)))
-        .max_concurrent_streams(Some(args.max_concurrent_streams))
-        .add_routes(server.routes());
-    match tls {
-        Some(tls) => {
-            let incoming = Incoming::tls(grpc_listener, grpc_transport, tls);
-            grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
-        }
-        None => {
-            let incoming = Incoming::plain(grpc_listener, grpc_transport);
-            grpc.serve_with_incoming_shutdown(incoming, shutdown).await?
-        }
+/// Completes at SIGINT or SIGTERM once the open streams have ended with UNAVAILABLE (or the
+/// grace period passed): connections close only then, so clients reconnect elsewhere at once.
+async fn drain_on_signal(server: XdsServer) {
+    wait_for_signal().await;
+    tracing::info!("shutting down: open streams end with UNAVAILABLE");
+    let left = server.drain().await;
+    if left > 0 {
+        tracing::warn!(streams = left, "shutdown grace passed with streams still open");
     }
-    Ok(())
 }
 
 async fn wait_for_signal() {

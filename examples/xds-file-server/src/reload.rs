@@ -3,7 +3,7 @@
 //! Reloads run on a thread of their own, never on the async runtime: parsing a large file takes
 //! seconds of CPU, and a file-system call that blocks (it should not, see
 //! [`config::Loader`]) must not hold a runtime worker or keep the process from exiting on
-//! SIGTERM (finding 3). Serving never waits on a reload.
+//! SIGTERM. Serving never waits on a reload.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -52,7 +52,7 @@ pub(crate) fn publish(
         changed += cache.set_snapshot(&group, snapshot);
     }
     // The grouping reads `names`: streams whose node now maps to a group that appeared, or away
-    // from one that vanished, move to it (issue 12). After the snapshots, so none waits.
+    // from one that vanished, move to it, without reconnecting. After the snapshots, so none waits.
     let moved = if regroup { cache.regroup() } else { 0 };
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     state.loads += 1;
@@ -80,8 +80,8 @@ fn count_by_type(config: &config::Config) -> BTreeMap<&'static str, u64> {
 /// How the reload thread learns of changes and how long it waits for them to settle.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReloadTiming {
-    /// A change is acted on once the files have been quiet this long (finding 2: a file still
-    /// being written is not read).
+    /// A change is acted on once the files have been quiet this long: a file still being
+    /// written is not read.
     pub(crate) quiet: Duration,
     /// How long the reload waits for files that keep changing (a log appended every 100 ms in
     /// the directory) before it gives up on them: each is then served as it was last parsed

@@ -293,7 +293,7 @@ fn group(name: &str, resources: &str) -> String {
     format!("groups:\n  {name}:\n    resources:{}", resources.replace("\n  ", "\n      "))
 }
 
-/// Issue 12, "reload cost proportional to the change": editing the file of one group rebuilds
+/// A reload costs what changed: editing the file of one group rebuilds
 /// and re-checks that group only; every other group keeps its very snapshot (so the server sets
 /// nothing for it: no version change, no stream woken). The loader used to rebuild every group
 /// from every file's resources and check each group whole.
@@ -537,7 +537,7 @@ fn o03_an_assignment_naming_an_empty_leds_collection_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 26: files are read one resource at a time, and every fault of a file's layout still
+/// Files are read one resource at a time, and every fault of a file's layout still
 /// reads as it did when the whole document was parsed into one value first (these texts are
 /// that loader's), in YAML and in JSON.
 #[test]
@@ -643,7 +643,7 @@ fn layout_faults_read_as_before_in_both_formats() {
     }
 }
 
-/// Issue 26: what a file declares loads as it did when the whole document was parsed first:
+/// What a file declares loads as it did when the whole document was parsed first:
 /// a group without resources is still a group, and YAML anchors, aliases and merge keys apply
 /// across groups.
 #[test]

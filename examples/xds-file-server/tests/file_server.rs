@@ -274,7 +274,7 @@ async fn a_verified_node_never_reaches_a_group_its_cluster_names_even_one_added_
     assert_eq!(again.next("attacker").await.unwrap(), ["c1"]);
 }
 
-// ---- trust boundaries (issue 11) ----
+// ---- trust boundaries ----
 
 /// A config with a Secret (a private key) in group `envoy-2` and a cluster for everyone.
 fn config_with_secret() -> String {

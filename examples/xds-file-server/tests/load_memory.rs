@@ -1,4 +1,4 @@
-//! Loading memory (issue 26): the heap a configuration load needs at its peak is a small multiple
+//! Loading memory: the heap a configuration load needs at its peak is a small multiple
 //! of the file's size, because each resource is read, encoded and dropped before the next one is
 //! read (`xds_proto::read_resource_document`), instead of holding the whole document as one JSON
 //! tree while every resource is encoded.

@@ -1,5 +1,5 @@
 //! The `xds-file-server` binary moves a connected node's streams when the config file gains or
-//! loses the node's group (issue 12, finding 2): a delta client of node `envoy-2` gets its own
+//! loses the node's group: a delta client of node `envoy-2` gets its own
 //! group's cluster and a removal of the default group's, then the reverse, without reconnecting.
 #![allow(clippy::unwrap_used)] // helpers outside #[test] fail loudly by design
 
@@ -141,7 +141,7 @@ fn group_file(group: &str, cluster: &str) -> String {
     )
 }
 
-/// Issue 12, "reload cost proportional to the change": an edit to the file of one group
+/// A reload costs what changed: an edit to the file of one group
 /// publishes that group only. A connected client of another group hears nothing of it: the next
 /// response it gets is the one for its own group's later edit, and nothing else came before it.
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Reloading a configuration at the cost of what changed: each file's parsed resources are kept,
-//! keyed by its [`Stamp`], and reused while the file is unchanged (finding 6).
+//! keyed by its [`Stamp`], and reused while the file is unchanged: a reload costs what changed, not
+//! the size of the whole configuration.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -58,7 +58,8 @@ fn kind(meta: &Metadata) -> &'static str {
 }
 
 /// Reads `file` (following symbolic links) if it is a regular file of at most `max_bytes`
-/// bytes that does not change while it is read (finding 3, finding 2's stable-read rule).
+/// bytes that does not change while it is read: a FIFO or a device would block the reload
+/// thread forever, and a file read while it is written would be served half-written.
 ///
 /// The type is checked on the metadata before anything opens the file, so a FIFO or a device
 /// never blocks the reader; the open itself is non-blocking as well, in case the path is
