@@ -15,7 +15,7 @@ use http::{StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::authz::Entry;
-use crate::rest::{CLIENT_STATUS_PATH, client_status, post_only};
+use crate::services::rest::{CLIENT_STATUS_PATH, client_status, post_only};
 use crate::server::XdsServer;
 
 pub use crate::metrics::{

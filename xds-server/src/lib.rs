@@ -114,15 +114,12 @@ pub mod authz;
 mod callbacks;
 mod codec;
 mod config;
-mod csds;
-mod fetch;
-mod files;
 pub mod hds;
 pub mod lrs;
 mod metrics;
 mod reporter;
-mod rest;
 mod server;
+mod services;
 mod status;
 mod stream;
 pub mod transport;
@@ -132,7 +129,7 @@ pub use authz::{AllowAll, AllowList, Authorizer, NodeIdentity, Peer, Unauthentic
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use codec::{DeltaWire, EncodedSet, SotwWire};
 pub use config::{Limits, ServerConfig};
-pub use files::{FileFormat, FileWriter};
+pub use services::files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use status::{

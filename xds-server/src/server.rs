@@ -22,7 +22,7 @@ use crate::codec::SotwWire;
 use crate::codec::body::StreamBody;
 use crate::codec::decode::Requests;
 use crate::config::{Limits, ServerConfig};
-use crate::fetch::{Fetched, fetch};
+use crate::services::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
@@ -434,7 +434,7 @@ impl XdsServer {
                     add(path, MethodKind::Fetch(t));
                 }
             }
-            Service::ClientStatus => return crate::csds::add_routes(router, self.clone()),
+            Service::ClientStatus => return crate::services::csds::add_routes(router, self.clone()),
         }
         router
     }
@@ -648,7 +648,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         Box::pin(async move {
             let peer = Peer::of(&request);
             let request = request.into_inner();
-            let node = match crate::fetch::admit(
+            let node = match crate::services::fetch::admit(
                 &shared,
                 &type_url,
                 &request.type_url,

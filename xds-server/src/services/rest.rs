@@ -18,7 +18,7 @@ use xds_proto::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatu
 use xds_proto::{EncodedResource, JsonError, ResourceType, TypeUrl};
 
 use crate::authz::{Access, Entry, Peer};
-use crate::fetch::{FetchError, Fetched, admit, fetch};
+use crate::services::fetch::{FetchError, Fetched, admit, fetch};
 use crate::server::{Shared, XdsServer};
 use xds_core::StreamError;
 
