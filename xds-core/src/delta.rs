@@ -79,7 +79,7 @@ impl Protocol for Delta {
         nonces: &mut Nonces,
         defer_removals: bool,
     ) -> Option<DeltaResponse<R>> {
-        let (diff, resource_errors) = sub.diff(view, defer_removals);
+        let (diff, resource_errors) = sub.diff(view, defer_removals, false);
         // A wildcard's first response is owed even when empty: the client knows it has everything.
         let first_wildcard = !sub.responded && sub.subscription.is_wildcard();
         if diff.is_empty() && resource_errors.is_empty() && !first_wildcard && !diff.answer_owed {

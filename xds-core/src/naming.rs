@@ -311,14 +311,17 @@ impl Naming {
     /// the view. `absent` are subscribed names found missing for the first time (rule D6): each
     /// gets `NOT_FOUND`, or the error the cache attached to it; a name whose error is not
     /// `NOT_FOUND` is taken out of `absent` (a transient error does not say that the name does
-    /// not exist, and the error is the answer). `recheck` are names the client already holds as
-    /// absent that may have changed (a cache attaching an error). `sent` are the names of the
-    /// resources going out: their errors are cleared.
+    /// not exist, and the error is the answer). `gone` are subscribed names the client held
+    /// that no longer exist where the response cannot say so (a SotW type that is not
+    /// full-state carries no removals): each gets the same error, its only word of the removal.
+    /// `recheck` are names the client already holds as absent that may have changed (a cache
+    /// attaching an error). `sent` are the names of the resources going out: their errors are
+    /// cleared.
     pub(crate) fn errors<'a, V: View + ?Sized>(
         &mut self,
         view: &V,
         sub: &Subscription,
-        absent: &mut Vec<(String, bool)>,
+        (absent, gone): (&mut Vec<(String, bool)>, &[String]),
         recheck: &[String],
         sent: impl Iterator<Item = &'a str>,
     ) -> Vec<ResourceError> {
@@ -342,6 +345,13 @@ impl Naming {
             owed.insert(self.spelled(name).to_owned(), error);
             not_found
         });
+        for name in gone {
+            let error = view
+                .resource_error(name)
+                .unwrap_or_else(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"));
+            self.reported.insert(name.clone(), error.clone());
+            owed.insert(self.spelled(name).to_owned(), error);
+        }
         let wildcard = sub.is_wildcard().then_some(WILDCARD);
         for name in recheck.iter().map(String::as_str).chain(wildcard) {
             if let Some(error) = view.resource_error(name)

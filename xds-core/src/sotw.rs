@@ -82,7 +82,9 @@ impl Protocol for Sotw {
         {
             return None;
         }
-        let (diff, resource_errors) = sub.diff(view, defer_removals);
+        // A SotW response removes only by leaving a resource out of a full state (rule S11).
+        let untold_removals = !sub.traits.full_state;
+        let (diff, resource_errors) = sub.diff(view, defer_removals, untold_removals);
         let owed_first =
             !sub.responded && (sub.traits.full_state || sub.subscription.is_wildcard());
         let mut version_info = None;

@@ -161,20 +161,28 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
 
     /// What the client is owed against `view` (rules S9–S13, D2–D6, O1 when `defer_removals`),
     /// and the per-resource errors that go with it (rule C4); names found missing that an error
-    /// answers are taken out of the diff's absent list (the error is the answer).
+    /// answers are taken out of the diff's absent list (the error is the answer). With
+    /// `untold_removals` (the response has no way to remove), a subscribed name the client held
+    /// that is gone gets its error too.
     pub(crate) fn diff<V: View<Resource = R> + ?Sized>(
         &mut self,
         view: &V,
         defer_removals: bool,
+        untold_removals: bool,
     ) -> (Diff<R>, Vec<ResourceError>) {
         let removals = if defer_removals { Removals::Defer } else { Removals::Send };
         let (mut diff, commit) =
             self.tracker.compare(&self.subscription, self.traits, view, removals);
         self.tracker.commit(commit, &self.subscription);
+        let gone: Vec<String> = if untold_removals {
+            diff.removed.iter().filter(|name| self.subscription.has_name(name)).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let errors = self.naming.errors(
             view,
             &self.subscription,
-            &mut diff.absent,
+            (&mut diff.absent, &gone),
             &diff.recheck,
             diff.whole
                 .iter()

@@ -181,6 +181,56 @@ fn c04_not_found_is_sent_to_every_client_beside_d6_once_and_forgotten_when_the_r
     assert!(s.poll_response(&view, &mut n).unwrap().resource_errors.is_empty());
 }
 
+/// Rule C4 where a response cannot remove: a SotW type that is not full-state (rule S11) keeps
+/// what it is not sent, so a subscribed resource deleted is told as `NOT_FOUND`, once, and the
+/// error is over when it comes back. A full-state response removes it by leaving it out, and
+/// delta removes it (rule D5): no error there.
+#[test]
+fn c04_a_deleted_resource_is_told_not_found_where_sotw_cannot_remove_it() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = SotwSubStream::new(EDS);
+    let _ = s.handle_request(sotw(&["a", "b"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a", "b"]);
+    assert!(r.resource_errors.is_empty());
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    view.delete("a");
+    let r = s.poll_response(&view, &mut n).expect("the deletion is told");
+    assert!(sotw_names(&r).is_empty());
+    assert_eq!(errors(&r.resource_errors), [("a", code::NOT_FOUND)]);
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    view.set("b", "2");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["b"]);
+    assert!(r.resource_errors.is_empty(), "told once");
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    view.set("a", "3");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a"], "it came back");
+    assert!(r.resource_errors.is_empty());
+
+    // Full-state: the response leaves it out, which removes it.
+    let mut s = SotwSubStream::new(CDS);
+    let _ = s.handle_request(sotw(&["a", "b"], "", ""));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let _ = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
+    view.delete("b");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), ["a"]);
+    assert!(r.resource_errors.is_empty());
+
+    // Delta: removed (rule D5), no error.
+    let mut d = DeltaSubStream::new(EDS);
+    let _ = d.handle_request(delta(&["a"], &[], ""));
+    let r = d.poll_response(&view, &mut n).unwrap();
+    let _ = d.handle_request(delta(&[], &[], &r.nonce));
+    view.delete("a");
+    let r = d.poll_response(&view, &mut n).unwrap();
+    assert_eq!(r.removed_resources, ["a"]);
+    assert!(r.resource_errors.is_empty());
+}
+
 /// Rule C4: the server's opt-out. Off, no response carries `resource_errors`; a missing name
 /// gets rule D6 (delta) or silence (SotW), as for a server without TP3.
 #[test]

@@ -231,9 +231,20 @@ fn s11_full_state_types_carry_everything_others_only_changes() {
     let r = eds.poll_response(&view, &mut n).unwrap();
     assert_eq!(sotw_items(&r), [("a".into(), "2".into())]);
     let _ = eds.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
-    // A deletion of a partial-state resource is not sent: absence means nothing.
+    // A deletion of a partial-state resource cannot be sent as one (absence means nothing): the
+    // response carries no resource, only the name's NOT_FOUND (rule C4).
+    let mut quiet = SotwSubStream::new(EDS);
+    quiet.configure_names(None, false);
+    let _ = quiet.handle_request(sotw(&["a", "b"], "", ""));
+    let r = quiet.poll_response(&view, &mut n).unwrap();
+    let _ = quiet.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
     view.delete("b");
-    assert!(eds.poll_response(&view, &mut n).is_none());
+    let r = eds.poll_response(&view, &mut n).unwrap();
+    assert!(r.resources.is_empty());
+    assert_eq!(r.resource_errors.len(), 1);
+    assert_eq!(r.resource_errors[0].name, "b");
+    // Without resource errors, nothing at all is sent.
+    assert!(quiet.poll_response(&view, &mut n).is_none());
 }
 
 #[test]

@@ -35,16 +35,6 @@ fn delta_errors(r: &DeltaDiscoveryResponse) -> Vec<(String, i32)> {
         .collect()
 }
 
-fn sotw_errors(r: &DiscoveryResponse) -> Vec<(String, i32)> {
-    r.resource_errors
-        .iter()
-        .map(|e| {
-            let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
-            (name, e.error_detail.as_ref().map_or(0, |s| s.code))
-        })
-        .collect()
-}
-
 fn sotw_request(t: xds_proto::ResourceType, names_: &[String]) -> DiscoveryRequest {
     DiscoveryRequest { type_url: url(t), resource_names: names_.to_vec(), ..Default::default() }
 }

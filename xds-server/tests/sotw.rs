@@ -292,7 +292,13 @@ async fn o1_make_before_break_on_sotw_ads() {
     ads.ack(&rds).await;
     let cds2 = ads.recv_type(CDS).await;
     assert_eq!(sotw_names(&cds2), ["B"]);
+    // A SotW EDS response cannot remove: A's endpoints are told gone by NOT_FOUND (rule C4),
+    // with the removals, after the route left A.
+    let eds2 = ads.recv_type(EDS).await;
+    assert!(eds2.resources.is_empty());
+    assert_eq!(sotw_errors(&eds2), [("A".to_owned(), 5)]);
     ads.ack(&cds2).await;
+    ads.ack(&eds2).await;
     ads.expect_quiet().await;
 }
 
@@ -359,7 +365,11 @@ async fn o2_eds_answered_while_clusters_warm() {
     cache.set_snapshot("n1", snapshot![cluster("B", "1"), cla("B", 1)]);
     let cds2 = ads.recv_type(CDS).await;
     assert_eq!(sotw_names(&cds2), ["A", "B"]);
-    ads.subscribe(EDS, &["A", "B"], Some(&eds)).await;
+    // Nothing else on this stream refers to clusters, so A's endpoints are told gone at once
+    // (NOT_FOUND: a SotW EDS response cannot remove, rule C4).
+    let gone = ads.recv_type(EDS).await;
+    assert_eq!(sotw_errors(&gone), [("A".to_owned(), 5)]);
+    ads.subscribe(EDS, &["A", "B"], Some(&gone)).await;
     let eds2 = ads.recv_type(EDS).await;
     assert_eq!(sotw_names(&eds2), ["B"]);
     ads.ack(&eds2).await;
@@ -716,7 +726,11 @@ async fn o1_cluster_removal_waits_for_the_cluster_ack_too() {
     ads.ack(&eds).await;
     let rds = ads.recv_type(RDS).await;
     ads.ack(&rds).await;
-    // The clusters response is not ACKed yet: nothing more.
+    // The route left A: A's endpoints are told gone (NOT_FOUND: a SotW EDS response cannot
+    // remove, rule C4). The clusters response is not ACKed yet: A's removal waits.
+    let gone = ads.recv_type(EDS).await;
+    assert_eq!(sotw_errors(&gone), [("A".to_owned(), 5)]);
+    ads.ack(&gone).await;
     ads.expect_quiet().await;
     ads.ack(&cds).await;
     assert_eq!(sotw_names(&ads.recv_type(CDS).await), ["B"]);

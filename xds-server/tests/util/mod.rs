@@ -638,6 +638,17 @@ pub fn sotw_names(r: &DiscoveryResponse) -> Vec<String> {
     r.resources.iter().map(any_name).collect()
 }
 
+/// A SotW response's resource errors (rule C4): (name, `google.rpc.Code`), in order.
+pub fn sotw_errors(r: &DiscoveryResponse) -> Vec<(String, i32)> {
+    r.resource_errors
+        .iter()
+        .map(|e| {
+            let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
+            (name, e.error_detail.as_ref().map_or(0, |s| s.code))
+        })
+        .collect()
+}
+
 /// The names of a delta response's resources that carry a body, in order.
 pub fn delta_names(r: &DeltaDiscoveryResponse) -> Vec<String> {
     r.resources.iter().filter(|x| x.resource.is_some()).map(|x| x.name.clone()).collect()
