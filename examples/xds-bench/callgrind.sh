@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The server's instructions (valgrind --tool=callgrind) for a storm and for updates: a count
+# that is the same for the same work whatever else the machine runs, to compare two builds
+# where wall-clock runs are too noisy (docs/benchmarks.md, "counted in instructions").
+#
+# usage: callgrind.sh <xds-bench-server binary> <label> delta|sotw [clients] [updates]
+#   PORT (default 18600: gRPC; PORT+1: HTTP), LOAD (default target/release/xds-load),
+#   OUT_DIR (default target/callgrind).
+# The server runs under callgrind with instrumentation off until it is up; then three xds-load
+# runs, each followed by a dump: a cold storm, a warm storm, and a warm storm with the updates.
+# Prints the cold and warm storms' instructions and (third − second) / updates.
+set -euf -o pipefail
+server=$1 label=$2 mode=$3 clients=${4:-50} updates=${5:-10}
+port=${PORT:-18600}; http=$((port + 1))
+load=${LOAD:-target/release/xds-load}
+out_dir=${OUT_DIR:-target/callgrind}; mkdir -p "$out_dir"
+out=$out_dir/$label-$mode
+rm -f "$out".*
+valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$out.%p" \
+  "$server" --clusters 10000 --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" \
+  > "$out.server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$http/healthz" > /dev/null && break; sleep 1; done
+callgrind_control -i on $pid > /dev/null 2>&1
+run() {
+  "$load" --server "http://127.0.0.1:$port" --trigger "http://127.0.0.1:$http/bench/update?i={k}" \
+    --clients "$clients" --mode "$mode" --storm-timeout-s 1200 --timeout-s 600 --brief "$@"
+}
+run --updates 0 > "$out.cold.txt" 2>&1; sleep 5; callgrind_control -d cold $pid > /dev/null 2>&1
+run --updates 0 > "$out.warm.txt" 2>&1; sleep 5; callgrind_control -d warm $pid > /dev/null 2>&1
+run --updates "$updates" --interval-ms 500 --settle-ms 3000 > "$out.updates.txt" 2>&1
+sleep 5; callgrind_control -d updates $pid > /dev/null 2>&1
+kill $pid; wait $pid 2> /dev/null || true
+ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
+cold=$(ir 1) warm=$(ir 2) all=$(ir 3)
+echo "$label $mode clients=$clients updates=$updates cold_storm_Ir=$cold warm_storm_Ir=$warm" \
+  "per_update_Ir=$(( (all - warm) / updates )) ($(tail -1 "$out.updates.txt"))"
