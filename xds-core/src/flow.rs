@@ -1,6 +1,7 @@
 //! The nonce handshake of one sub-stream: at most one response in flight, ACK/NACK by nonce.
 
-use crate::message::{ErrorDetail, RequestKind};
+use crate::error::ErrorDetail;
+use crate::message::RequestKind;
 use crate::nonce::Nonces;
 
 /// Where a sub-stream is in its request/response exchange.

@@ -45,6 +45,7 @@
 mod delta;
 mod digest;
 mod echo;
+mod error;
 mod flow;
 mod held;
 mod message;
@@ -60,11 +61,11 @@ pub mod xdstp;
 
 pub use digest::NamesDigest;
 pub use echo::{Echo, MAX_ECHO_BYTES, echo};
+pub use error::{ErrorDetail, ResourceError, code};
 pub use message::{
-    DeltaRequest, DeltaResource, DeltaResponse, ErrorDetail, Handled, RequestKind, SotwNames,
-    SotwRequest, SotwResponse,
+    DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind, SotwNames, SotwRequest,
+    SotwResponse,
 };
-pub use naming::{ResourceError, code};
 pub use nonce::Nonces;
 pub use resource::{Resource, ResourceSet, TypeTraits, View};
 pub use stream::{

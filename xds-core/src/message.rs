@@ -3,14 +3,7 @@
 
 use std::collections::BTreeMap;
 
-/// A client's report that it rejected a response (`error_detail` of a request).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ErrorDetail {
-    /// The `google.rpc.Code` the client gave.
-    pub code: i32,
-    /// The client's message: why it rejected the response.
-    pub message: String,
-}
+use crate::error::ErrorDetail;
 
 /// One SotW request for one sub-stream (`DiscoveryRequest` without `node` and `type_url`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -146,7 +139,7 @@ pub struct SotwResponse<R> {
     /// as `Resource` wrappers without a body, at the version the client holds.
     pub heartbeat: bool,
     /// Why subscribed resources are not sent (rule C4), sorted by name; each is sent once.
-    pub resource_errors: Vec<crate::naming::ResourceError>,
+    pub resource_errors: Vec<crate::error::ResourceError>,
 }
 
 impl<R: crate::Resource> SotwResponse<R> {
@@ -199,7 +192,7 @@ pub struct DeltaResponse<R> {
     /// to be sent without its body so that the client renews its TTL.
     pub heartbeat: bool,
     /// Why subscribed resources are not sent (rule C4), sorted by name; each is sent once.
-    pub resource_errors: Vec<crate::naming::ResourceError>,
+    pub resource_errors: Vec<crate::error::ResourceError>,
     /// Rule C1: the client's own spelling of the `xdstp://` names in this response whose normal
     /// form differs (normal form -> as the client wrote it). The entries, `removed_resources`
     /// and errors above are by normal form; the wire names each as the client asked.

@@ -32,35 +32,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::message::ErrorDetail;
+use crate::error::{ErrorDetail, ResourceError, code};
 use crate::resource::View;
 use crate::subscription::{Subscription, WILDCARD};
 use crate::xdstp::{self, XdstpError};
-
-/// The `google.rpc.Code` values that per-resource errors use.
-pub mod code {
-    /// The client's name is malformed or of another type (rule C1).
-    pub const INVALID_ARGUMENT: i32 = 3;
-    /// The resource does not exist: a data error, the client may drop what it has.
-    pub const NOT_FOUND: i32 = 5;
-    /// The client may not have the resource: a data error.
-    pub const PERMISSION_DENIED: i32 = 7;
-    /// Transient: the client keeps what it has.
-    pub const UNKNOWN: i32 = 2;
-    /// Transient: the client keeps what it has.
-    pub const INTERNAL: i32 = 13;
-    /// Transient: the client keeps what it has.
-    pub const UNAVAILABLE: i32 = 14;
-}
-
-/// One entry of `resource_errors`: why the server does not send a subscribed resource (rule C4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResourceError {
-    /// The name as the client subscribed to it (`*` or a glob for a collection's error).
-    pub name: String,
-    /// The `google.rpc.Status` (code and message) to send.
-    pub error: ErrorDetail,
-}
 
 /// Rule C4: a name is never both a resource and an error in one response. Drops the errors of
 /// names that `sent` says go out as resources (a name the policy refused as listed that a
@@ -68,19 +43,6 @@ pub struct ResourceError {
 pub(crate) fn drop_sent(errors: &mut Vec<ResourceError>, sent: impl Fn(&str) -> bool) {
     if !errors.is_empty() {
         errors.retain(|e| !sent(&e.name));
-    }
-}
-
-impl ErrorDetail {
-    /// A status with `code` (see [`code`]) and `message`.
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
-        ErrorDetail { code, message: message.into() }
-    }
-
-    /// Whether the code is a data error (`NOT_FOUND`, `PERMISSION_DENIED`): the client may drop
-    /// what it holds. Every other code is transient (TP3).
-    pub fn is_data_error(&self) -> bool {
-        matches!(self.code, code::NOT_FOUND | code::PERMISSION_DENIED)
     }
 }
 

@@ -68,7 +68,7 @@ pub trait View {
     /// wildcard subscription, the error of `*`). An error for a resource that exists is not sent:
     /// the resource is. A view that reports changes should report a name whose error changed in
     /// [`changed_since`](Self::changed_since), so that streams look at it again.
-    fn resource_error(&self, name: &str) -> Option<crate::message::ErrorDetail> {
+    fn resource_error(&self, name: &str) -> Option<crate::error::ErrorDetail> {
         let _ = name;
         None
     }

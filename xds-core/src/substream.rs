@@ -8,10 +8,10 @@
 use std::marker::PhantomData;
 
 use crate::digest::NamesDigest;
+use crate::error::ResourceError;
 use crate::flow::{Flow, Phase};
 use crate::message::Handled;
 use crate::naming::Naming;
-use crate::naming::ResourceError;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::Subscription;

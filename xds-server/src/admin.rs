@@ -253,7 +253,7 @@ impl Admin {
         let server = &self.server;
         let mut text = server.metrics().render();
         text.push_str(&server.load_reporting().render_metrics());
-        let streams = server.status().group_counts();
+        let streams = server.status().group_counts(crate::metrics::group_label);
         text.push_str(&server.metrics().render_groups(streams, self.max_group_labels));
         if let Some(hook) = &self.metrics {
             hook(&mut text);

@@ -226,15 +226,18 @@ impl StatusRegistry {
         self.len() == 0
     }
 
-    /// Open streams by the label of their group (see [`crate::metrics::group_label`]), for the
+    /// Open streams by the `label` of their group (`None`: a stream with no group), for the
     /// admin router's `xds_group_streams`. Reads the group only: no details are filled in, and
-    /// a name is copied once per group, not per stream.
-    pub(crate) fn group_counts(&self) -> BTreeMap<String, u64> {
+    /// a label is copied once, not per stream.
+    pub(crate) fn group_counts(
+        &self,
+        label: impl for<'a> Fn(Option<&'a str>) -> &'a str,
+    ) -> BTreeMap<String, u64> {
         let entries: Vec<_> = lock(&self.streams).values().map(|e| e.status.clone()).collect();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         for status in entries {
             let status = lock(&status);
-            let label = crate::metrics::group_label(status.group.as_deref());
+            let label = label(status.group.as_deref());
             match counts.get_mut(label) {
                 Some(n) => *n += 1,
                 None => {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 pub use guard::{StreamError, StreamGuard};
 
 use crate::digest::NamesDigest;
-use crate::message::{ErrorDetail, RequestKind};
+use crate::error::ErrorDetail;
+use crate::message::RequestKind;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::substream::{Protocol, Response, Sotw, SubStream};
