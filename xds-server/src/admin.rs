@@ -15,8 +15,8 @@ use http::{StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::authz::Entry;
-use crate::services::rest::{CLIENT_STATUS_PATH, client_status, post_only};
 use crate::server::XdsServer;
+use crate::services::rest::{CLIENT_STATUS_PATH, client_status, post_only};
 
 pub use crate::metrics::{
     MAX_GROUP_LABEL_BYTES, MAX_GROUP_LABELS, NO_GROUP_LABEL, OTHER_GROUP_LABEL,

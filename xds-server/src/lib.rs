@@ -129,9 +129,9 @@ pub use authz::{AllowAll, AllowList, Authorizer, NodeIdentity, Peer, Unauthentic
 pub use callbacks::{Callbacks, Nack, NoCallbacks, Refusal, StreamInfo, XdsRequest};
 pub use codec::{DeltaWire, EncodedSet, SotwWire};
 pub use config::{Limits, ServerConfig};
-pub use services::files::{FileFormat, FileWriter};
 pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
+pub use services::files::{FileFormat, FileWriter};
 pub use status::{
     MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamStatus, TypeStatus,
 };

@@ -22,10 +22,10 @@ use crate::codec::SotwWire;
 use crate::codec::body::StreamBody;
 use crate::codec::decode::Requests;
 use crate::config::{Limits, ServerConfig};
-use crate::services::fetch::{Fetched, fetch};
 use crate::hds::HealthDiscoveryServer;
 use crate::lrs::LoadReportingServer;
 use crate::metrics::Metrics;
+use crate::services::fetch::{Fetched, fetch};
 use crate::status::StatusRegistry;
 use crate::stream;
 
@@ -434,7 +434,9 @@ impl XdsServer {
                     add(path, MethodKind::Fetch(t));
                 }
             }
-            Service::ClientStatus => return crate::services::csds::add_routes(router, self.clone()),
+            Service::ClientStatus => {
+                return crate::services::csds::add_routes(router, self.clone());
+            }
         }
         router
     }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use xds_cache::{LinearCache, SnapshotCache};
 use xds_proto::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
 };
 use xds_server::protocol::{ErrorDetail, code};
 use xds_server::{ServerConfig, XdsServer};
@@ -23,16 +23,6 @@ fn xc(rest: &str) -> String {
 
 fn xe(rest: &str) -> String {
     format!("xdstp://auth.example/{CLA_TYPE}/{rest}")
-}
-
-fn delta_errors(r: &DeltaDiscoveryResponse) -> Vec<(String, i32)> {
-    r.resource_errors
-        .iter()
-        .map(|e| {
-            let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
-            (name, e.error_detail.as_ref().map_or(0, |s| s.code))
-        })
-        .collect()
 }
 
 fn sotw_request(t: xds_proto::ResourceType, names_: &[String]) -> DiscoveryRequest {

@@ -18,8 +18,8 @@ use xds_proto::pb::envoy::service::status::v3::{ClientStatusRequest, ClientStatu
 use xds_proto::{EncodedResource, JsonError, ResourceType, TypeUrl};
 
 use crate::authz::{Access, Entry, Peer};
-use crate::services::fetch::{FetchError, Fetched, admit, fetch};
 use crate::server::{Shared, XdsServer};
+use crate::services::fetch::{FetchError, Fetched, admit, fetch};
 use xds_core::StreamError;
 
 /// The path of CSDS's REST mapping (the `google.api.http` option of `FetchClientStatus`).

@@ -40,6 +40,7 @@ use xds_proto::pb::envoy::service::cluster::v3::cluster_discovery_service_client
 use xds_proto::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
+    ResourceError,
 };
 use xds_proto::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
 use xds_proto::pb::envoy::service::route::v3::virtual_host_discovery_service_client::VirtualHostDiscoveryServiceClient;
@@ -638,15 +639,25 @@ pub fn sotw_names(r: &DiscoveryResponse) -> Vec<String> {
     r.resources.iter().map(any_name).collect()
 }
 
-/// A SotW response's resource errors (rule C4): (name, `google.rpc.Code`), in order.
-pub fn sotw_errors(r: &DiscoveryResponse) -> Vec<(String, i32)> {
-    r.resource_errors
+/// Resource errors (rule C4) as (name, `google.rpc.Code`), in order.
+fn error_codes(errors: &[ResourceError]) -> Vec<(String, i32)> {
+    errors
         .iter()
         .map(|e| {
             let name = e.resource_name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
             (name, e.error_detail.as_ref().map_or(0, |s| s.code))
         })
         .collect()
+}
+
+/// A SotW response's resource errors: (name, `google.rpc.Code`), in order.
+pub fn sotw_errors(r: &DiscoveryResponse) -> Vec<(String, i32)> {
+    error_codes(&r.resource_errors)
+}
+
+/// A delta response's resource errors: (name, `google.rpc.Code`), in order.
+pub fn delta_errors(r: &DeltaDiscoveryResponse) -> Vec<(String, i32)> {
+    error_codes(&r.resource_errors)
 }
 
 /// The names of a delta response's resources that carry a body, in order.
