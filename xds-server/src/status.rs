@@ -137,7 +137,18 @@ pub struct StreamStatus {
 /// What a stream can tell about itself when asked: the details too costly to copy after every
 /// response (subscriptions, the versions each client holds).
 pub(crate) trait Detail: Send + Sync {
-    fn fill(&self, status: &mut StreamStatus);
+    /// Fills in the details, at most `limit` names, resources and errors per type (all of them
+    /// for `None`). Returns, per type URL, how many of each there are in all.
+    fn fill(&self, status: &mut StreamStatus, limit: Option<usize>) -> BTreeMap<String, Listed>;
+}
+
+/// How many subscribed names, held resources and standing errors one type of a stream has, of
+/// which a page lists at most [`MAX_LISTED`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub(crate) names: usize,
+    pub(crate) resources: usize,
+    pub(crate) errors: usize,
 }
 
 struct Entry {
@@ -204,7 +215,7 @@ impl StatusRegistry {
             .map(|(status, detail)| {
                 let mut copy = lock(&status).clone();
                 if let Some(detail) = detail.and_then(|d| d.upgrade()) {
-                    detail.fill(&mut copy);
+                    detail.fill(&mut copy, None);
                 }
                 copy
             })
@@ -279,12 +290,14 @@ impl StatusRegistry {
             if total <= offset || page.len() >= limit || full {
                 continue;
             }
-            // Only the page's streams are copied with their details.
+            // Only the page's streams are copied with their details, and of those only what
+            // the page shows: a stream holding 10,000 resources copies 100 of them.
             let mut copy = lock(&status).clone();
-            if let Some(detail) = detail.and_then(|d| d.upgrade()) {
-                detail.fill(&mut copy);
-            }
-            let shown = bounded_stream(copy);
+            let listed = match detail.and_then(|d| d.upgrade()) {
+                Some(detail) => detail.fill(&mut copy, Some(MAX_LISTED)),
+                None => BTreeMap::new(),
+            };
+            let shown = bounded_stream(copy, &listed);
             let size = shown.to_string().len();
             if !page.is_empty() && bytes + size > MAX_PAGE_BYTES {
                 full = true;
@@ -311,11 +324,18 @@ pub(crate) const MAX_PAGE_BYTES: usize = 1 << 20;
 pub(crate) const MAX_LISTED: usize = 100;
 
 /// A stream's status as JSON with its lists cut to [`MAX_LISTED`] and their names to
-/// [`MAX_NACK_TEXT`] bytes.
-fn bounded_stream(mut status: StreamStatus) -> serde_json::Value {
+/// [`MAX_NACK_TEXT`] bytes; `listed` has the lists' whole lengths where they were filled in
+/// cut already.
+fn bounded_stream(
+    mut status: StreamStatus,
+    listed: &BTreeMap<String, Listed>,
+) -> serde_json::Value {
     let mut totals = BTreeMap::new();
     for (type_url, t) in &mut status.types {
-        let counts = (t.names.len(), t.resources.len(), t.errors.len());
+        let counts = match listed.get(type_url) {
+            Some(all) => (all.names, all.resources, all.errors),
+            None => (t.names.len(), t.resources.len(), t.errors.len()),
+        };
         t.names.truncate(MAX_LISTED);
         for name in &mut t.names {
             if name.len() > MAX_NACK_TEXT {

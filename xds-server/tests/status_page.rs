@@ -53,6 +53,8 @@ async fn a_page_cuts_long_subscriptions_and_counts_them() {
         let (_, cds) = stream["types"].as_object().unwrap().iter().next().unwrap();
         assert_eq!(cds["names"].as_array().unwrap().len(), 100, "{cds}");
         assert_eq!(cds["names_total"], 5_000);
+        assert_eq!(cds["resources"].as_object().unwrap().len(), 100, "{cds}");
+        assert_eq!(cds["resources_total"], 5_000, "each name is held as absent");
         assert_eq!(cds["errors"].as_object().unwrap().len(), 100, "{cds}");
         assert_eq!(cds["errors_total"], 5_000);
     }

@@ -54,7 +54,7 @@ use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
-use crate::status::{Detail, StreamStatus, lock};
+use crate::status::{Detail, Listed, StreamStatus, lock};
 
 /// The node of a client that sent none (when anonymous clients are allowed).
 static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
@@ -68,10 +68,14 @@ pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>>
 struct Shareable<P: WireProtocol>(Mutex<CoreStream<P>>);
 
 impl<P: WireProtocol> Detail for Shareable<P> {
-    fn fill(&self, status: &mut StreamStatus) {
+    fn fill(&self, status: &mut StreamStatus, limit: Option<usize>) -> BTreeMap<String, Listed> {
+        let mut listed = BTreeMap::new();
         for (t, sub) in lock(&self.0).sub_streams() {
-            fill_status(sub, status.types.entry(t.to_string()).or_default());
+            let type_url = t.to_string();
+            let all = fill_status(sub, status.types.entry(type_url.clone()).or_default(), limit);
+            listed.insert(type_url, all);
         }
+        listed
     }
 }
 

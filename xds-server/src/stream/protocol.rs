@@ -14,7 +14,7 @@ use xds_proto::{EncodedResource, TypeUrl};
 use crate::callbacks::XdsRequest;
 use crate::codec::decode::{Incoming, Malformed, SotwIncoming};
 use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
-use crate::status::{TypeStatus, lock};
+use crate::status::{Listed, TypeStatus, lock};
 
 /// One protocol variant as the server speaks it: its wire messages. Implemented for the core's
 /// own variants (`xds_core::Sotw`, `xds_core::Delta`), so that a variant has one name in every
@@ -203,22 +203,33 @@ impl WireProtocol for Delta {
 pub(crate) fn fill_status<P: xds_core::Protocol>(
     sub: &SubStream<P, EncodedResource>,
     status: &mut TypeStatus,
-) {
+    limit: Option<usize>,
+) -> Listed {
+    let limit = limit.unwrap_or(usize::MAX);
     status.wildcard = sub.subscription().is_wildcard();
     // Glob collections (rule C2) are subscribed names too, as far as a status page goes.
     let subscription = sub.subscription();
-    status.names = subscription.names().iter().chain(subscription.globs()).cloned().collect();
+    let names = subscription.names().iter().chain(subscription.globs());
+    status.names = names.take(limit).cloned().collect();
     if let Some(acked) = sub.acked_version() {
         status.acked_version = Some(crate::status::bounded_owned(acked));
     }
-    status.resources = sub.held().map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
+    // Copied up to the limit, counted to the end: counting costs no allocation.
+    let mut held = sub.held();
+    status.resources =
+        held.by_ref().take(limit).map(|(n, v)| (n.to_owned(), v.map(str::to_owned))).collect();
+    let resources = status.resources.len() + held.count();
     status.held_exceptions = sub.held_exceptions();
-    status.errors = sub
-        .resource_errors()
+    let standing = sub.resource_errors();
+    let errors = standing.len();
+    status.errors = standing
         .into_iter()
+        .take(limit)
         .map(|e| {
             let message = crate::status::bounded_owned(&e.error.message);
             (e.name, crate::status::ResourceErrorStatus { code: e.error.code, message })
         })
         .collect();
+    let names = subscription.names().len() + subscription.globs().len();
+    Listed { names, resources, errors }
 }
