@@ -8,8 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use xds_proto::pb::envoy::config::core::v3::Node;
 
-/// The status of one type on one stream.
+/// The status of one type on one stream. Read it; the server fills it in (fields may be added).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TypeStatus {
     /// Whether the subscription is a wildcard.
     pub wildcard: bool,
@@ -19,6 +20,9 @@ pub struct TypeStatus {
     pub sent_version: Option<String>,
     /// The nonce of the latest response sent.
     pub sent_nonce: Option<String>,
+    /// When the latest response was sent (milliseconds since the Unix epoch; 0 before the
+    /// first): how long a response has waited for its ACK.
+    pub sent_ms: u64,
     /// The version the client last ACKed.
     pub acked_version: Option<String>,
     /// The latest NACK, if the client rejected a response since its last ACK.

@@ -167,9 +167,17 @@ async fn csds_reports_acked_and_nacked_types() {
     let none = csds.fetch_client_status(by_id(MatchPattern::Exact("other".into()))).await.unwrap();
     assert!(none.into_inner().config.is_empty());
 
-    // The same status as JSON, from the registry.
+    // The same status as JSON, from the registry, with when each type's response was sent.
     let json = server.status().to_json();
     assert_eq!(json["streams"][0]["node_id"], NODE);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let sent_ms =
+        json["streams"][0]["types"][ResourceType::ClusterLoadAssignment.type_url()]["sent_ms"]
+            .as_u64()
+            .unwrap();
+    assert!(now_ms - 10_000 < sent_ms && sent_ms <= now_ms, "sent {sent_ms}, now {now_ms}");
     drop(tx);
 }
 

@@ -71,6 +71,7 @@ pub(super) fn record(
                 let ts = type_status(&mut status, type_key);
                 ts.sent_version = Some(version.clone());
                 ts.sent_nonce = Some(nonce.clone());
+                ts.sent_ms = now_ms();
             }
         }
     }
