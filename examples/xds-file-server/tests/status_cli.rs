@@ -133,6 +133,10 @@ async fn status_sends_the_admin_token() {
     let flag = token.display().to_string();
     let running = Running::start(&shipped_config(), &["--admin-token-file", &flag]).await;
     let admin = format!("http://{}", running.admin);
+    // The console is on the admin router, behind the same token.
+    for path in ["/ui", "/ui/console.js", "/ui/api/proxies", "/ui/api/proxy?node=a"] {
+        assert_eq!(running.get(path).await.unwrap().0, 401, "{path}");
+    }
     let refused = status(&["--admin", &admin]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8(refused.stderr).unwrap();
