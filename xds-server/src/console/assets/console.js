@@ -337,15 +337,19 @@
     const newest = streams.length ? streams[streams.length - 1] : null;
     for (const [type, list] of Object.entries(dump.resources || {})) {
       const held = newest ? newest.types.find((t) => t.type === type) : null;
+      // The status lists the versions last sent: the client holds them only once it ACKed
+      // (after a NACK it kept older ones, whose per-resource versions the server does not know).
       const rows = list.map((r) => {
         const version = held && Object.prototype.hasOwnProperty.call(held.resources, r.name) ? held.resources[r.name] : undefined;
-        let verdict = "not held";
+        let verdict = "not sent";
         if (version !== undefined) verdict = version === r.version ? "same" : "differs";
+        if (version !== undefined && held.state === "nacked") verdict = "sent, rejected";
+        if (version !== undefined && held.state === "pending") verdict = "sent, not ACKed yet";
         const span = el("span", verdict, verdict === "same" ? "synced" : "differs");
         return [r.name, r.version, version === undefined || version === null ? "" : version, span];
       });
       box.append(el("h4", type));
-      box.append(table(["name", "served version", "held version", ""], rows));
+      box.append(table(["name", "served version", "last sent version", ""], rows));
     }
     $("d-served").replaceChildren(box);
   }
