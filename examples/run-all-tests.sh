@@ -16,6 +16,15 @@ if ! command -v etcd >/dev/null 2>&1; then
   $sudo_ systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 
+# The console's browser test drives headless Chromium through chromedriver (Debian's chromium and
+# chromium-driver: /usr/bin/chromium, /usr/bin/chromedriver).
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  echo "== installing chromium and chromium-driver (Debian packages) for the console's browser test"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get install -y chromium chromium-driver >/dev/null 2>&1 \
+    || { $sudo_ apt-get update >/dev/null && $sudo_ apt-get install -y chromium chromium-driver >/dev/null; }
+fi
+
 echo "== cargo test (workspace, benches as smoke tests)"
 cargo test --workspace
 cargo test --workspace --benches
@@ -43,3 +52,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r examples/interop/requirements.txt
 "$venv/bin/python" examples/interop/grpc_xds_test.py target/debug/xds-file-server
+
+echo "== console: headless Chromium drives /ui with a NACKing gRPC client (selenium)"
+"$venv/bin/python" examples/interop/console_browser_test.py target/debug/xds-file-server

@@ -69,6 +69,13 @@ type StatusHook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 ///   clamped to 1 ..= its maximum, so that paging always moves on. A value that is not a
 ///   non-negative integer is answered `400` with `{"error": ..., "parameter": NAME}`: a typo in
 ///   a script must not quietly show the first page.
+/// - `GET /ui`: the operator console ([`console`](crate::console)): a page with one row per
+///   stream and one cell per type (SYNCED, PENDING, NACKED, NOT SENT) that polls
+///   `GET /ui/api/proxies` (filters `group`, `type`, `state`, `q` (a part of the node id),
+///   `sort`, `order`, `offset`, `limit` up to [`MAX_CONSOLE_PAGE`](crate::console::MAX_CONSOLE_PAGE))
+///   every second; `/ui?node=ID` shows one node's streams from `GET /ui/api/proxy?node=ID`, and
+///   what its group serves when the application serves `/config_dump?node=ID` (as
+///   `xds-file-server` does).
 /// - `POST /v3/discovery:client_status`: CSDS as JSON, as on
 ///   [`rest_router`](XdsServer::rest_router), authorized as
 ///   [`Entry::Admin`].
@@ -220,6 +227,7 @@ impl Admin {
             let server = admin.server.clone();
             post(move |request: Request| client_status(server.clone(), Entry::Admin, request))
         };
+        let server = admin.server.clone();
         let (ready, metrics, status) = (admin.clone(), admin.clone(), admin);
         Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
@@ -232,6 +240,7 @@ impl Admin {
                 }),
             )
             .route(CLIENT_STATUS_PATH, post_only(csds))
+            .merge(crate::console::routes(server))
     }
 
     fn ready_response(&self) -> Response {

@@ -114,6 +114,7 @@ pub mod authz;
 mod callbacks;
 mod codec;
 mod config;
+pub mod console;
 pub mod hds;
 pub mod lrs;
 mod metrics;

@@ -263,6 +263,14 @@ impl StatusRegistry {
         counts
     }
 
+    /// Every open stream's status without its details (no subscribed names, no held
+    /// resources): the versions sent and ACKed, the NACKs, the group, for a view of many streams
+    /// at once (the operator console) that must not copy what each client holds.
+    pub(crate) fn summaries(&self) -> Vec<StreamStatus> {
+        let entries: Vec<_> = lock(&self.streams).values().map(|e| e.status.clone()).collect();
+        entries.into_iter().map(|status| lock(&status).clone()).collect()
+    }
+
     /// Every stream's status as JSON: `{"streams": [...]}`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({ "streams": self.streams() })

@@ -282,6 +282,41 @@ pub enum Command {
         #[arg(long, default_value_t = config::MAX_FILE_BYTES)]
         max_config_bytes: u64,
     },
+    /// Print every connected proxy's state per resource type (SYNCED, PENDING, NACKED,
+    /// NOT SENT) from a running server's admin port, or one node's streams with --node.
+    Status {
+        /// The admin port: `http://HOST:PORT` (plain HTTP; a path after it is the prefix the
+        /// admin routes are mounted under).
+        #[arg(long, default_value = "http://127.0.0.1:18002")]
+        admin: String,
+        /// A file holding the admin port's bearer token (its --admin-token-file).
+        #[arg(long)]
+        admin_token_file: Option<PathBuf>,
+        /// One node's streams: per type its state, versions and NACK text.
+        #[arg(long)]
+        node: Option<String>,
+        /// Only the proxies of this group.
+        #[arg(long)]
+        group: Option<String>,
+        /// Only the proxies with a type in this state: synced, pending, nacked, not_sent.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only the proxies subscribed to this type (its label: cluster, listener, ...).
+        #[arg(long = "type")]
+        type_label: Option<String>,
+        /// `table` for people, `json` for scripts.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: OutputFormat,
+    },
+}
+
+/// How `status` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns.
+    Table,
+    /// The admin port's JSON (every page of the table merged).
+    Json,
 }
 
 /// What `/ready` answers while the served state may be stale (see `--ready-when-stale`).

@@ -22,6 +22,7 @@ mod conn_caps;
 pub mod etcd;
 mod ports;
 mod reload;
+pub mod status_cli;
 
 use admin::{ConfigDump, ConfigState, admin_router};
 use banner::print_banner;

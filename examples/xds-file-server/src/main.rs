@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use xds_file_server::cli::{Args, Command, LogFormat};
+use xds_file_server::status_cli::{self, AdminClient, StatusRequest};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -35,6 +36,9 @@ async fn main() -> ExitCode {
             }
         };
     }
+    if let Some(Command::Status { .. }) = &command {
+        return status(command).await;
+    }
     let filter = match tracing_subscriber::EnvFilter::try_new(&args.log) {
         Ok(filter) => filter,
         Err(e) => {
@@ -53,6 +57,31 @@ async fn main() -> ExitCode {
         // Display, not Debug: the reason as a sentence, not a quoted string.
         Err(e) => {
             eprintln!("xds-file-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `xds-file-server status`: reads a running server's admin port (see `status_cli`).
+async fn status(command: Option<Command>) -> ExitCode {
+    let Some(Command::Status { admin, admin_token_file, node, group, state, type_label, output }) =
+        command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let filters = [("group", group), ("state", state), ("type", type_label)]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect();
+    let request = StatusRequest { node: node.as_deref(), filters, output };
+    let result = match AdminClient::new(&admin, admin_token_file.as_deref()) {
+        Ok(client) => status_cli::status(&client, &request, &mut std::io::stdout().lock()).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xds-file-server status: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,482 @@
+//! The console's JSON: one row per stream and one cell per type, filtered, sorted and paged on
+//! the server so that the page stays small and fast with ten thousand proxies.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use xds_proto::{ResourceType, TypeUrl};
+
+use crate::status::{StreamStatus, TypeStatus, bounded_owned, lock};
+
+/// The most rows one page of the console's table holds (`limit` is clamped to it).
+pub const MAX_CONSOLE_PAGE: usize = 500;
+
+/// The rows a page holds unless `limit` says otherwise.
+pub const DEFAULT_CONSOLE_PAGE: usize = 100;
+
+/// The longest filter value (`group`, `type`, `q`) accepted: longer is a `400`.
+pub const MAX_FILTER_BYTES: usize = 256;
+
+/// The most group names listed for the group filter.
+pub const MAX_LISTED_GROUPS: usize = 200;
+
+/// The most bytes of rows one page holds (past its first row): node ids and NACK texts are the
+/// clients', up to [`MAX_NACK_TEXT`](crate::MAX_NACK_TEXT) bytes each.
+const MAX_PAGE_BYTES: usize = 1 << 20;
+
+/// The most bytes of a NACK's text a table cell carries; the detail view shows all that the
+/// server keeps.
+const MAX_CELL_ERROR: usize = 1024;
+
+/// Where one type of one stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CellState {
+    /// The client rejected the latest response it was sent.
+    Nacked,
+    /// The latest response awaits its ACK.
+    Pending,
+    /// The client subscribed and was sent nothing yet.
+    NotSent,
+    /// The client ACKed the latest response.
+    Synced,
+}
+
+impl CellState {
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "nacked" => CellState::Nacked,
+            "pending" => CellState::Pending,
+            "not_sent" => CellState::NotSent,
+            "synced" => CellState::Synced,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CellState::Nacked => "nacked",
+            CellState::Pending => "pending",
+            CellState::NotSent => "not_sent",
+            CellState::Synced => "synced",
+        }
+    }
+
+    /// The state of `ts`: a NACK counts only if it names the latest response's nonce (a NACK
+    /// of an older response was overtaken by the newer one), as CSDS reads it.
+    pub(crate) fn of(ts: &TypeStatus) -> Self {
+        let Some(sent) = &ts.sent_version else { return CellState::NotSent };
+        if ts.nack.as_ref().is_some_and(|n| ts.sent_nonce.as_ref() == Some(&n.nonce)) {
+            return CellState::Nacked;
+        }
+        // A delta ACK carries no version: the stream records the sent version as ACKed when
+        // the ACK names the latest nonce.
+        if ts.acked_version.as_ref() == Some(sent) { CellState::Synced } else { CellState::Pending }
+    }
+}
+
+/// What the table is sorted by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SortKey {
+    Node,
+    Group,
+    Connected,
+    Stream,
+    /// The row's worst cell first (NACKED, PENDING, NOT SENT, SYNCED).
+    State,
+}
+
+/// A validated query of `GET /ui/api/proxies`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProxyQuery {
+    group: Option<String>,
+    type_label: Option<String>,
+    state: Option<CellState>,
+    search: Option<String>,
+    sort: SortKey,
+    descending: bool,
+    offset: usize,
+    limit: usize,
+}
+
+/// The parameters `GET /ui/api/proxies` takes: any other is a `400`, so that a typo never
+/// quietly shows every row.
+const PARAMETERS: [&str; 8] = ["group", "type", "state", "q", "sort", "order", "offset", "limit"];
+
+/// A bad query: the reason and the parameter, answered as `400` JSON.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BadQuery {
+    pub(crate) error: String,
+    pub(crate) parameter: String,
+}
+
+impl BadQuery {
+    fn new(parameter: &str, error: String) -> Self {
+        BadQuery { error, parameter: bounded_owned(parameter) }
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({ "error": self.error, "parameter": self.parameter })
+    }
+}
+
+impl ProxyQuery {
+    /// Validates the query: filters at most [`MAX_FILTER_BYTES`] bytes, `state`, `sort` and
+    /// `order` from their known values, `offset` and `limit` non-negative integers (`limit`
+    /// clamped to 1 ..= [`MAX_CONSOLE_PAGE`]).
+    pub(crate) fn parse(query: &HashMap<String, String>) -> Result<Self, BadQuery> {
+        if let Some(unknown) = query.keys().filter(|k| !PARAMETERS.contains(&k.as_str())).min() {
+            let error = format!(
+                "unknown parameter \"{}\" (known: {})",
+                xds_core::echo(unknown),
+                PARAMETERS.join(", ")
+            );
+            return Err(BadQuery::new(unknown, error));
+        }
+        let filter = |key: &str| -> Result<Option<String>, BadQuery> {
+            match query.get(key).map(String::as_str) {
+                None | Some("") => Ok(None),
+                Some(text) if text.len() > MAX_FILTER_BYTES => Err(BadQuery::new(
+                    key,
+                    format!("{key} is at most {MAX_FILTER_BYTES} bytes, not {}", text.len()),
+                )),
+                Some(text) => Ok(Some(text.to_owned())),
+            }
+        };
+        let number = |key: &str| -> Result<Option<usize>, BadQuery> {
+            let Some(text) = query.get(key) else { return Ok(None) };
+            text.parse::<usize>().map(Some).map_err(|_| {
+                let error = format!(
+                    "{key} must be a non-negative integer, not \"{}\"",
+                    xds_core::echo(text)
+                );
+                BadQuery::new(key, error)
+            })
+        };
+        let state = match filter("state")? {
+            None => None,
+            Some(text) => Some(CellState::parse(&text).ok_or_else(|| {
+                let error = format!(
+                    "state must be one of synced, pending, nacked, not_sent, not \"{}\"",
+                    xds_core::echo(&text)
+                );
+                BadQuery::new("state", error)
+            })?),
+        };
+        let sort = match filter("sort")?.as_deref() {
+            None | Some("node") => SortKey::Node,
+            Some("group") => SortKey::Group,
+            Some("connected") => SortKey::Connected,
+            Some("stream") => SortKey::Stream,
+            Some("state") => SortKey::State,
+            Some(other) => {
+                let error = format!(
+                    "sort must be one of node, group, connected, stream, state, not \"{}\"",
+                    xds_core::echo(other)
+                );
+                return Err(BadQuery::new("sort", error));
+            }
+        };
+        let descending = match filter("order")?.as_deref() {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(other) => {
+                let error = format!("order must be asc or desc, not \"{}\"", xds_core::echo(other));
+                return Err(BadQuery::new("order", error));
+            }
+        };
+        Ok(ProxyQuery {
+            group: filter("group")?,
+            type_label: filter("type")?,
+            state,
+            search: filter("q")?,
+            sort,
+            descending,
+            offset: number("offset")?.unwrap_or(0),
+            limit: number("limit")?.unwrap_or(DEFAULT_CONSOLE_PAGE).clamp(1, MAX_CONSOLE_PAGE),
+        })
+    }
+}
+
+/// One type's cell of a row.
+struct Cell {
+    label: String,
+    state: CellState,
+    /// Since when the console has seen the latest response unanswered (PENDING), or when the
+    /// client NACKed it (NACKED).
+    since_ms: Option<u64>,
+}
+
+/// When the console first saw each stream's type waiting for the ACK of a response (by its
+/// nonce): the stream records no send time, so a PENDING cell's age counts from the first look
+/// at it. Holds only cells pending at the latest look, so it is bounded by the open streams'
+/// types.
+#[derive(Debug, Default)]
+pub(crate) struct PendingSince {
+    seen: Mutex<HashMap<(u64, String), (String, u64)>>,
+}
+
+impl PendingSince {
+    /// Takes the pending cells of this look (`(stream, type URL, nonce)`), forgets the others,
+    /// and answers when each was first seen.
+    fn update(&self, pending: Vec<(u64, String, String)>, now_ms: u64) -> Vec<u64> {
+        let mut seen = lock(&self.seen);
+        let mut next = HashMap::with_capacity(pending.len());
+        let mut since = Vec::with_capacity(pending.len());
+        for (stream, type_url, nonce) in pending {
+            let key = (stream, type_url);
+            let first = match seen.remove(&key) {
+                Some((old, at)) if old == nonce => at,
+                _ => now_ms,
+            };
+            since.push(first);
+            next.insert(key, (nonce, first));
+        }
+        *seen = next;
+        since
+    }
+}
+
+/// The columns: every type some stream has, built-in types in make-before-break order (the
+/// order the server sends them in), then custom types by name.
+fn column_order(label: &str) -> (usize, &str) {
+    let position = ResourceType::ALL.iter().position(|t| t.label() == label);
+    (position.unwrap_or(usize::MAX), label)
+}
+
+struct Row {
+    status: StreamStatus,
+    cells: Vec<Cell>,
+    worst: Option<CellState>,
+}
+
+/// The page of `GET /ui/api/proxies` for `query`, from the streams' summaries (no details), at
+/// `now_ms`.
+pub(crate) fn proxies_page(
+    streams: Vec<StreamStatus>,
+    query: &ProxyQuery,
+    pending_since: &PendingSince,
+    now_ms: u64,
+) -> Value {
+    let total_streams = streams.len();
+    let mut pending = Vec::new();
+    let mut rows: Vec<Row> = streams
+        .into_iter()
+        .map(|status| {
+            let cells: Vec<Cell> = status
+                .types
+                .iter()
+                .map(|(type_url, ts)| {
+                    let state = CellState::of(ts);
+                    if state == CellState::Pending {
+                        let nonce = ts.sent_nonce.clone().unwrap_or_default();
+                        pending.push((status.stream, type_url.clone(), nonce));
+                    }
+                    let since_ms = ts.nack.as_ref().filter(|_| state == CellState::Nacked);
+                    Cell {
+                        label: TypeUrl::parse(type_url).label().to_owned(),
+                        state,
+                        since_ms: since_ms.map(|n| n.at_ms),
+                    }
+                })
+                .collect();
+            let worst = cells.iter().map(|c| c.state).min();
+            Row { status, cells, worst }
+        })
+        .collect();
+    // Ages of the pending cells, in the order they were collected above.
+    let mut since = pending_since.update(pending, now_ms).into_iter();
+    for row in &mut rows {
+        for cell in row.cells.iter_mut().filter(|c| c.state == CellState::Pending) {
+            cell.since_ms = since.next();
+        }
+    }
+    let mut columns = BTreeSet::new();
+    let mut groups = BTreeSet::new();
+    for row in &rows {
+        for cell in &row.cells {
+            if !columns.contains(cell.label.as_str()) {
+                columns.insert(cell.label.clone());
+            }
+        }
+        if let Some(group) = &row.status.group
+            && groups.len() < MAX_LISTED_GROUPS
+            && !groups.contains(group.as_str())
+        {
+            groups.insert(group.clone());
+        }
+    }
+    let mut columns: Vec<String> = columns.into_iter().collect();
+    columns.sort_by(|a, b| column_order(a).cmp(&column_order(b)));
+
+    rows.retain(|row| matches(row, query));
+    let mut counts: BTreeMap<&'static str, usize> =
+        [CellState::Synced, CellState::Pending, CellState::Nacked, CellState::NotSent]
+            .into_iter()
+            .map(|s| (s.name(), 0))
+            .collect();
+    for row in &rows {
+        for cell in &row.cells {
+            *counts.entry(cell.state.name()).or_default() += 1;
+        }
+    }
+    sort(&mut rows, query);
+
+    let total = rows.len();
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    for row in rows.iter().skip(query.offset).take(query.limit) {
+        let shown = row_json(row);
+        let size = shown.to_string().len();
+        if !page.is_empty() && bytes + size > MAX_PAGE_BYTES {
+            break;
+        }
+        bytes += size;
+        page.push(shown);
+    }
+    let next = query.offset.saturating_add(page.len());
+    let mut body = json!({
+        "now_ms": now_ms,
+        "total_streams": total_streams,
+        "total": total,
+        "offset": query.offset,
+        "limit": query.limit,
+        "types": columns,
+        "groups": groups,
+        "counts": counts,
+        "rows": page,
+    });
+    if next < total {
+        body["next_offset"] = json!(next);
+    }
+    body
+}
+
+fn matches(row: &Row, query: &ProxyQuery) -> bool {
+    let status = &row.status;
+    if let Some(group) = &query.group
+        && status.group.as_ref() != Some(group)
+    {
+        return false;
+    }
+    if let Some(search) = &query.search
+        && !status.node_id.contains(search.as_str())
+    {
+        return false;
+    }
+    let typed = |cell: &&Cell| query.type_label.as_ref().is_none_or(|t| &cell.label == t);
+    let mut cells = row.cells.iter().filter(typed).peekable();
+    if query.type_label.is_some() && cells.peek().is_none() {
+        return false;
+    }
+    match query.state {
+        Some(state) => cells.any(|c| c.state == state),
+        None => true,
+    }
+}
+
+fn sort(rows: &mut [Row], query: &ProxyQuery) {
+    // The stream id breaks every tie: the order is total, so pages neither repeat nor skip a
+    // row between two polls that see the same streams.
+    rows.sort_by(|a, b| {
+        let (x, y) = (&a.status, &b.status);
+        let order = match query.sort {
+            SortKey::Node => x.node_id.cmp(&y.node_id),
+            SortKey::Group => x.group.cmp(&y.group),
+            SortKey::Connected => x.opened_ms.cmp(&y.opened_ms),
+            SortKey::Stream => std::cmp::Ordering::Equal,
+            // A row with no type yet sorts after every row with one.
+            SortKey::State => rank(a.worst).cmp(&rank(b.worst)),
+        };
+        let order = order.then(x.stream.cmp(&y.stream));
+        if query.descending { order.reverse() } else { order }
+    });
+}
+
+/// A row's worst state as a sort key; a row with no type yet sorts after every other.
+fn rank(worst: Option<CellState>) -> u8 {
+    worst.map_or(u8::MAX, |s| s as u8)
+}
+
+fn row_json(row: &Row) -> Value {
+    let status = &row.status;
+    let mut cells = serde_json::Map::new();
+    for (cell, ts) in row.cells.iter().zip(status.types.values()) {
+        let mut shown = json!({ "state": cell.state.name() });
+        if let Some(v) = &ts.sent_version {
+            shown["sent_version"] = json!(v);
+        }
+        if let Some(v) = &ts.acked_version {
+            shown["acked_version"] = json!(v);
+        }
+        if let Some(since) = cell.since_ms {
+            shown["since_ms"] = json!(since);
+        }
+        if let (CellState::Nacked, Some(nack)) = (cell.state, &ts.nack) {
+            let mut end = nack.error.len().min(MAX_CELL_ERROR);
+            while !nack.error.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown["rejected_version"] = json!(nack.rejected_version);
+            shown["kept_version"] = json!(nack.version);
+            shown["error"] = json!(&nack.error[..end]);
+            shown["error_bytes"] = json!(nack.error_bytes);
+        }
+        cells.insert(cell.label.clone(), shown);
+    }
+    let mut shown = json!({
+        "stream": status.stream,
+        "node_id": bounded_owned(&status.node_id),
+        "node_cluster": bounded_owned(&status.node_cluster),
+        "variant": status.variant,
+        "connected_ms": status.opened_ms,
+        "state": row.worst.map(CellState::name),
+        "cells": cells,
+    });
+    if let Some(group) = &status.group {
+        shown["group"] = json!(bounded_owned(group));
+    }
+    if let Some(since) = status.unserved_since_ms {
+        shown["unserved_since_ms"] = json!(since);
+    }
+    shown
+}
+
+/// The state of a type as a status page shows it (the same rule as [`CellState::of`]).
+fn state_of_json(ts: &Value) -> CellState {
+    let sent = ts.get("sent_version").filter(|v| !v.is_null());
+    let Some(sent) = sent else { return CellState::NotSent };
+    let nonce = ts.get("sent_nonce");
+    if ts.get("nack").and_then(|n| n.get("nonce")).is_some_and(|n| Some(n) == nonce) {
+        return CellState::Nacked;
+    }
+    if ts.get("acked_version") == Some(sent) { CellState::Synced } else { CellState::Pending }
+}
+
+/// The body of `GET /ui/api/proxy?node=ID`: the node's streams from a status page
+/// ([`StatusRegistry::page_json`](crate::StatusRegistry::page_json), bounded the same way) with
+/// each stream's types as a list in column order, each with its label (`type`) and `state`.
+pub(crate) fn proxy_detail(mut page: Value, now_ms: u64) -> Value {
+    let streams = page.get_mut("streams").and_then(Value::as_array_mut);
+    for stream in streams.into_iter().flatten() {
+        let Some(Value::Object(types)) = stream.get_mut("types").map(Value::take) else {
+            continue;
+        };
+        let mut listed: Vec<(String, Value)> = types
+            .into_iter()
+            .map(|(type_url, mut ts)| {
+                let label = TypeUrl::parse(&type_url).label().to_owned();
+                ts["state"] = json!(state_of_json(&ts).name());
+                ts["type"] = json!(label);
+                ts["type_url"] = json!(type_url);
+                (label, ts)
+            })
+            .collect();
+        listed.sort_by(|a, b| column_order(&a.0).cmp(&column_order(&b.0)));
+        stream["types"] = Value::Array(listed.into_iter().map(|(_, ts)| ts).collect());
+    }
+    page["now_ms"] = json!(now_ms);
+    page
+}

@@ -1,0 +1,155 @@
+//! The operator console: a page on the admin listener with one row per stream (a connected
+//! proxy) and one cell per resource type, SYNCED, PENDING, NACKED or NOT SENT, that updates
+//! itself; and the JSON it polls. Part of [`Admin::router`](crate::Admin::router), so a custom
+//! control plane has it too.
+//!
+//! The page is three files compiled into the binary (no JS toolchain, no network): an HTML
+//! shell, a stylesheet and a script, served with a Content-Security-Policy that allows only
+//! them (`script-src 'self'`, no inline script). The script builds every element with
+//! `textContent`: node ids, NACK texts and resource names are the clients', and are shown as
+//! text, never parsed as HTML.
+
+mod api;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::server::XdsServer;
+use crate::status::now_ms;
+
+pub use api::{DEFAULT_CONSOLE_PAGE, MAX_CONSOLE_PAGE, MAX_FILTER_BYTES, MAX_LISTED_GROUPS};
+
+use api::{PendingSince, ProxyQuery};
+
+/// The path of the console page.
+pub const CONSOLE_PATH: &str = "/ui";
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const CONSOLE_JS: &str = include_str!("assets/console.js");
+const CONSOLE_CSS: &str = include_str!("assets/console.css");
+
+/// Only the page's own files, no inline script or style, no frames, no plug-ins: whatever a
+/// client managed to get into a node id could not run even if it reached the HTML.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                   img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The longest node id the detail endpoint takes (the longest a status page shows).
+const MAX_NODE_BYTES: usize = crate::status::MAX_NACK_TEXT;
+
+struct Console {
+    server: XdsServer,
+    pending_since: PendingSince,
+}
+
+/// The console's routes: `/ui` (the page), `/ui/console.js`, `/ui/console.css`,
+/// `/ui/api/proxies` (the table) and `/ui/api/proxy?node=ID` (one node's streams).
+pub(crate) fn routes(server: XdsServer) -> Router {
+    let console = Arc::new(Console { server, pending_since: PendingSince::default() });
+    let detail = console.clone();
+    Router::new()
+        .route(CONSOLE_PATH, get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route(
+            "/ui/console.js",
+            get(|| async { asset("text/javascript; charset=utf-8", CONSOLE_JS) }),
+        )
+        .route("/ui/console.css", get(|| async { asset("text/css; charset=utf-8", CONSOLE_CSS) }))
+        .route(
+            "/ui/api/proxies",
+            get(move |query: Result<Query<HashMap<String, String>>, QueryRejection>| {
+                std::future::ready(console.proxies(query))
+            }),
+        )
+        .route(
+            "/ui/api/proxy",
+            get(move |query: Result<Query<HashMap<String, String>>, QueryRejection>| {
+                std::future::ready(detail.proxy(query))
+            }),
+        )
+}
+
+impl Console {
+    fn proxies(&self, query: Result<Query<HashMap<String, String>>, QueryRejection>) -> Response {
+        let query = match query {
+            Ok(Query(query)) => query,
+            Err(rejection) => return malformed(&rejection),
+        };
+        match ProxyQuery::parse(&query) {
+            Ok(query) => {
+                let streams = self.server.status().summaries();
+                json_response(
+                    StatusCode::OK,
+                    api::proxies_page(streams, &query, &self.pending_since, now_ms()),
+                )
+            }
+            Err(bad) => json_response(StatusCode::BAD_REQUEST, bad.to_json()),
+        }
+    }
+
+    fn proxy(&self, query: Result<Query<HashMap<String, String>>, QueryRejection>) -> Response {
+        let query = match query {
+            Ok(Query(query)) => query,
+            Err(rejection) => return malformed(&rejection),
+        };
+        if let Some(unknown) = query.keys().filter(|k| k.as_str() != "node").min() {
+            let error = format!("unknown parameter \"{}\" (known: node)", xds_core::echo(unknown));
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                json!({ "error": error, "parameter": crate::status::bounded_owned(unknown) }),
+            );
+        }
+        let node = match query.get("node") {
+            Some(node) if node.len() <= MAX_NODE_BYTES => node,
+            Some(_) => {
+                let error = format!("node is at most {MAX_NODE_BYTES} bytes");
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    json!({ "error": error, "parameter": "node" }),
+                );
+            }
+            None => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    json!({ "error": "node=ID is required", "parameter": "node" }),
+                );
+            }
+        };
+        let page = self.server.status().page_json(Some(node), 0, crate::admin::MAX_STATUS_PAGE);
+        json_response(StatusCode::OK, api::proxy_detail(page, now_ms()))
+    }
+}
+
+fn malformed(rejection: &QueryRejection) -> Response {
+    let error = format!("the query string is malformed: {}", rejection.body_text());
+    json_response(StatusCode::BAD_REQUEST, json!({ "error": error }))
+}
+
+/// The headers every console response carries.
+fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Status changes every second, and the page shows who is connected: no cache keeps it.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    guarded(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+fn json_response(code: StatusCode, body: Value) -> Response {
+    guarded((code, axum::Json(body)).into_response())
+}
+
+#[cfg(test)]
+mod tests;
