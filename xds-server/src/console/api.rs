@@ -2,13 +2,12 @@
 //! the server so that the page stays small and fast with ten thousand proxies.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 use xds_proto::{ResourceType, TypeUrl};
 
-use crate::status::{StreamStatus, TypeStatus, bounded_owned, lock};
+use crate::status::{StreamStatus, TypeStatus, bounded_owned};
 
 /// The most rows one page of the console's table holds (`limit` is clamped to it).
 pub const MAX_CONSOLE_PAGE: usize = 500;
@@ -204,39 +203,9 @@ impl ProxyQuery {
 struct Cell {
     label: String,
     state: CellState,
-    /// Since when the console has seen the latest response unanswered (PENDING), or when the
+    /// When the latest response was sent (PENDING: it waits for its ACK since), or when the
     /// client NACKed it (NACKED).
     since_ms: Option<u64>,
-}
-
-/// When the console first saw each stream's type waiting for the ACK of a response (by its
-/// nonce): the stream records no send time, so a PENDING cell's age counts from the first look
-/// at it. Holds only cells pending at the latest look, so it is bounded by the open streams'
-/// types.
-#[derive(Debug, Default)]
-pub(crate) struct PendingSince {
-    seen: Mutex<HashMap<(u64, String), (String, u64)>>,
-}
-
-impl PendingSince {
-    /// Takes the pending cells of this look (`(stream, type URL, nonce)`), forgets the others,
-    /// and answers when each was first seen.
-    fn update(&self, pending: Vec<(u64, String, String)>, now_ms: u64) -> Vec<u64> {
-        let mut seen = lock(&self.seen);
-        let mut next = HashMap::with_capacity(pending.len());
-        let mut since = Vec::with_capacity(pending.len());
-        for (stream, type_url, nonce) in pending {
-            let key = (stream, type_url);
-            let first = match seen.remove(&key) {
-                Some((old, at)) if old == nonce => at,
-                _ => now_ms,
-            };
-            since.push(first);
-            next.insert(key, (nonce, first));
-        }
-        *seen = next;
-        since
-    }
 }
 
 /// The columns: every type some stream has, built-in types in make-before-break order (the
@@ -254,14 +223,8 @@ struct Row {
 
 /// The page of `GET /ui/api/proxies` for `query`, from the streams' summaries (no details), at
 /// `now_ms`.
-pub(crate) fn proxies_page(
-    streams: Vec<StreamStatus>,
-    query: &ProxyQuery,
-    pending_since: &PendingSince,
-    now_ms: u64,
-) -> Value {
+pub(crate) fn proxies_page(streams: Vec<StreamStatus>, query: &ProxyQuery, now_ms: u64) -> Value {
     let total_streams = streams.len();
-    let mut pending = Vec::new();
     let mut rows: Vec<Row> = streams
         .into_iter()
         .map(|status| {
@@ -270,29 +233,18 @@ pub(crate) fn proxies_page(
                 .iter()
                 .map(|(type_url, ts)| {
                     let state = CellState::of(ts);
-                    if state == CellState::Pending {
-                        let nonce = ts.sent_nonce.clone().unwrap_or_default();
-                        pending.push((status.stream, type_url.clone(), nonce));
-                    }
-                    let since_ms = ts.nack.as_ref().filter(|_| state == CellState::Nacked);
-                    Cell {
-                        label: TypeUrl::parse(type_url).label().to_owned(),
-                        state,
-                        since_ms: since_ms.map(|n| n.at_ms),
-                    }
+                    let since_ms = match state {
+                        CellState::Nacked => ts.nack.as_ref().map(|n| n.at_ms),
+                        CellState::Pending => Some(ts.sent_ms).filter(|&ms| ms > 0),
+                        _ => None,
+                    };
+                    Cell { label: TypeUrl::parse(type_url).label().to_owned(), state, since_ms }
                 })
                 .collect();
             let worst = cells.iter().map(|c| c.state).min();
             Row { status, cells, worst }
         })
         .collect();
-    // Ages of the pending cells, in the order they were collected above.
-    let mut since = pending_since.update(pending, now_ms).into_iter();
-    for row in &mut rows {
-        for cell in row.cells.iter_mut().filter(|c| c.state == CellState::Pending) {
-            cell.since_ms = since.next();
-        }
-    }
     let mut columns = BTreeSet::new();
     let mut groups = BTreeSet::new();
     for row in &rows {

@@ -27,7 +27,7 @@ use crate::status::now_ms;
 
 pub use api::{DEFAULT_CONSOLE_PAGE, MAX_CONSOLE_PAGE, MAX_FILTER_BYTES, MAX_LISTED_GROUPS};
 
-use api::{PendingSince, ProxyQuery};
+use api::ProxyQuery;
 
 /// The path of the console page.
 pub const CONSOLE_PATH: &str = "/ui";
@@ -46,13 +46,12 @@ const MAX_NODE_BYTES: usize = crate::status::MAX_NACK_TEXT;
 
 struct Console {
     server: XdsServer,
-    pending_since: PendingSince,
 }
 
 /// The console's routes: `/ui` (the page), `/ui/console.js`, `/ui/console.css`,
 /// `/ui/api/proxies` (the table) and `/ui/api/proxy?node=ID` (one node's streams).
 pub(crate) fn routes(server: XdsServer) -> Router {
-    let console = Arc::new(Console { server, pending_since: PendingSince::default() });
+    let console = Arc::new(Console { server });
     let detail = console.clone();
     Router::new()
         .route(CONSOLE_PATH, get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
@@ -84,10 +83,7 @@ impl Console {
         match ProxyQuery::parse(&query) {
             Ok(query) => {
                 let streams = self.server.status().summaries();
-                json_response(
-                    StatusCode::OK,
-                    api::proxies_page(streams, &query, &self.pending_since, now_ms()),
-                )
+                json_response(StatusCode::OK, api::proxies_page(streams, &query, now_ms()))
             }
             Err(bad) => json_response(StatusCode::BAD_REQUEST, bad.to_json()),
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::json;
 use xds_proto::ResourceType;
 
-use super::api::{CellState, PendingSince, ProxyQuery, proxies_page, proxy_detail};
+use super::api::{CellState, ProxyQuery, proxies_page, proxy_detail};
 use crate::status::{NackStatus, StreamStatus, TypeStatus};
 
 const CDS: ResourceType = ResourceType::Cluster;
@@ -21,8 +21,9 @@ fn synced(version: &str) -> TypeStatus {
     }
 }
 
+/// Sent at 4,000 ms, not ACKed.
 fn pending(sent: &str, acked: &str) -> TypeStatus {
-    TypeStatus { acked_version: Some(acked.into()), ..synced(sent) }
+    TypeStatus { acked_version: Some(acked.into()), sent_ms: 4_000, ..synced(sent) }
 }
 
 fn nacked(sent: &str, kept: &str, error: &str) -> TypeStatus {
@@ -92,7 +93,7 @@ fn a_cell_is_synced_pending_nacked_or_not_sent() {
 
 #[test]
 fn the_page_has_a_row_per_stream_and_a_cell_per_type() {
-    let page = proxies_page(fleet(), &query(&[]), &PendingSince::default(), 5_000);
+    let page = proxies_page(fleet(), &query(&[]), 5_000);
     assert_eq!(page["total"], 5);
     assert_eq!(page["total_streams"], 5);
     // Make-before-break order: clusters before listeners.
@@ -112,7 +113,7 @@ fn the_page_has_a_row_per_stream_and_a_cell_per_type() {
     assert_eq!(rows[1]["state"], "nacked");
     assert_eq!(rows[2]["cells"]["listener"]["state"], "synced");
     assert_eq!(rows[3]["cells"]["cluster"]["state"], "pending");
-    assert_eq!(rows[3]["cells"]["cluster"]["since_ms"], 5_000);
+    assert_eq!(rows[3]["cells"]["cluster"]["since_ms"], 4_000, "when it was sent");
     assert_eq!(rows[4]["cells"]["cluster"]["state"], "not_sent");
     assert!(rows[4].get("group").is_none());
     assert!(rows[0]["state"].is_null(), "a stream with no type yet");
@@ -125,9 +126,7 @@ fn the_page_has_a_row_per_stream_and_a_cell_per_type() {
 
 #[test]
 fn filters_narrow_the_rows() {
-    let look = |pairs: &[(&str, &str)]| {
-        nodes(&proxies_page(fleet(), &query(pairs), &PendingSince::default(), 5_000))
-    };
+    let look = |pairs: &[(&str, &str)]| nodes(&proxies_page(fleet(), &query(pairs), 5_000));
     assert_eq!(look(&[("group", "blue")]), ["envoy-b", "envoy-c"]);
     assert_eq!(look(&[("state", "nacked")]), ["envoy-a"]);
     assert_eq!(look(&[("state", "synced")]), ["envoy-b"]);
@@ -138,7 +137,7 @@ fn filters_narrow_the_rows() {
     assert_eq!(look(&[("group", "blue"), ("state", "pending")]), ["envoy-c"]);
     assert_eq!(look(&[("type", "secret")]), Vec::<String>::new());
     // Counts are of the filtered rows.
-    let page = proxies_page(fleet(), &query(&[("group", "blue")]), &PendingSince::default(), 0);
+    let page = proxies_page(fleet(), &query(&[("group", "blue")]), 0);
     assert_eq!(page["counts"], json!({"synced": 2, "pending": 1, "nacked": 0, "not_sent": 0}));
     assert_eq!(page["total"], 2);
     assert_eq!(page["total_streams"], 5);
@@ -146,9 +145,7 @@ fn filters_narrow_the_rows() {
 
 #[test]
 fn rows_sort_by_each_key_with_the_stream_breaking_ties() {
-    let look = |pairs: &[(&str, &str)]| {
-        nodes(&proxies_page(fleet(), &query(pairs), &PendingSince::default(), 5_000))
-    };
+    let look = |pairs: &[(&str, &str)]| nodes(&proxies_page(fleet(), &query(pairs), 5_000));
     assert_eq!(look(&[("sort", "state")]), ["envoy-a", "envoy-c", "envoy-d", "envoy-b", ""]);
     assert_eq!(
         look(&[("sort", "node"), ("order", "desc")]),
@@ -177,32 +174,24 @@ fn bad_input_is_refused_with_the_parameter() {
     let error = ProxyQuery::parse(&map).unwrap_err();
     assert!(error.error.len() < 1_000 && error.parameter.len() <= 4096, "{}", error.error.len());
     // Empty filters are no filters; a limit is clamped.
-    let page = proxies_page(
-        fleet(),
-        &query(&[("group", ""), ("limit", "0")]),
-        &PendingSince::default(),
-        0,
-    );
+    let page = proxies_page(fleet(), &query(&[("group", ""), ("limit", "0")]), 0);
     assert_eq!(page["limit"], 1);
     assert_eq!(page["rows"].as_array().unwrap().len(), 1);
-    let page = proxies_page(fleet(), &query(&[("limit", "100000")]), &PendingSince::default(), 0);
+    let page = proxies_page(fleet(), &query(&[("limit", "100000")]), 0);
     assert_eq!(page["limit"], super::MAX_CONSOLE_PAGE);
 }
 
 #[test]
-fn a_pending_cell_ages_from_the_first_look_and_restarts_with_a_new_response() {
-    let since = PendingSince::default();
-    let at = |streams, now| {
-        let page = proxies_page(streams, &query(&[]), &since, now);
+fn a_pending_cell_is_dated_by_when_its_response_was_sent() {
+    let at = |streams| {
+        let page = proxies_page(streams, &query(&[]), 9_000);
         page["rows"][0]["cells"]["cluster"]["since_ms"].clone()
     };
-    let one = |sent: &str| vec![stream(1, "n", None, vec![(CDS, pending(sent, "1"))])];
-    assert_eq!(at(one("2"), 1_000), 1_000);
-    assert_eq!(at(one("2"), 3_000), 1_000);
-    assert_eq!(at(one("3"), 4_000), 4_000, "a newer response is awaited from when it is seen");
-    let done = vec![stream(1, "n", None, vec![(CDS, synced("3"))])];
-    assert!(at(done, 5_000).is_null());
-    assert_eq!(at(one("3"), 6_000), 6_000, "forgotten once it was ACKed");
+    let sent = |ms| TypeStatus { sent_ms: ms, ..pending("2", "1") };
+    assert_eq!(at(vec![stream(1, "n", None, vec![(CDS, sent(1_000))])]), 1_000);
+    assert!(at(vec![stream(1, "n", None, vec![(CDS, sent(0))])]).is_null(), "no time recorded");
+    let done = TypeStatus { sent_ms: 1_000, ..synced("3") };
+    assert!(at(vec![stream(1, "n", None, vec![(CDS, done)])]).is_null(), "ACKed: no age");
 }
 
 #[test]
@@ -223,12 +212,10 @@ fn ten_thousand_proxies_page_quickly_and_boundedly() {
             )
         })
         .collect();
-    let since = PendingSince::default();
     let start = Instant::now();
     let page = proxies_page(
         streams.clone(),
         &query(&[("sort", "state"), ("offset", "9900"), ("limit", "500")]),
-        &since,
         0,
     );
     let took = start.elapsed();
@@ -237,7 +224,7 @@ fn ten_thousand_proxies_page_quickly_and_boundedly() {
     assert!(page.get("next_offset").is_none());
     // Debug build, shared machine: generous, but an O(n^2) page would take seconds.
     assert!(took.as_millis() < 2_000, "{took:?}");
-    let page = proxies_page(streams, &query(&[("state", "nacked"), ("limit", "500")]), &since, 0);
+    let page = proxies_page(streams, &query(&[("state", "nacked"), ("limit", "500")]), 0);
     assert_eq!(page["total"], 3_333);
     let size = page.to_string().len();
     assert!(size <= (1 << 20) + 4_096, "{size} bytes");
