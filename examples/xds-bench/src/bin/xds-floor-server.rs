@@ -141,7 +141,11 @@ impl http_body::Body for FloorBody {
 
 /// Opens a stream: its requests are read by a task of their own, its responses come from a
 /// bounded queue.
-fn open(floor: Arc<Floor>, mode: Mode, request: axum::extract::Request) -> http::Response<FloorBody> {
+fn open(
+    floor: Arc<Floor>,
+    mode: Mode,
+    request: axum::extract::Request,
+) -> http::Response<FloorBody> {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(read_requests(floor, mode, request.into_body(), tx));
     let mut response = http::Response::new(FloorBody { rx, done: false });
@@ -220,8 +224,7 @@ async fn read_requests(
     tx: mpsc::Sender<Bytes>,
 ) {
     floor.streams.fetch_add(1, Ordering::Relaxed);
-    let mut stream =
-        Stream { floor, mode, tx: Some(tx), clusters_sent: false, subscribed: None };
+    let mut stream = Stream { floor, mode, tx: Some(tx), clusters_sent: false, subscribed: None };
     let mut data = body.into_data_stream();
     let mut buf = BytesMut::new();
     while let Some(Ok(chunk)) = data.next().await {
@@ -255,7 +258,10 @@ struct UpdateQuery {
 
 /// Moves cluster `i`'s endpoints to a new port, encodes the change once and queues it on every
 /// subscribed stream; answers the port.
-async fn update(State(floor): State<Arc<Floor>>, Query(q): Query<UpdateQuery>) -> (StatusCode, String) {
+async fn update(
+    State(floor): State<Arc<Floor>>,
+    Query(q): Query<UpdateQuery>,
+) -> (StatusCode, String) {
     if q.i >= floor.cluster_count {
         let body = format!("no cluster {} (of {})\n", q.i, floor.cluster_count);
         return (StatusCode::NOT_FOUND, body);
@@ -294,9 +300,8 @@ fn stats(floor: &Floor) -> serde_json::Value {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let fd_limit = sys::raise_fd_limit()?;
-    let mut clusters = TypeSet::new(
-        (0..args.clusters).map(|i| (format!("cluster-{i}"), resources::cluster(i))),
-    );
+    let mut clusters =
+        TypeSet::new((0..args.clusters).map(|i| (format!("cluster-{i}"), resources::cluster(i))));
     let set = TypeSet::new((0..args.clusters).map(|i| {
         (format!("cluster-{i}"), resources::cla(i, args.endpoints, resources::INITIAL_PORT))
     }));
