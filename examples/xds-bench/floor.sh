@@ -44,6 +44,7 @@ run() {
   local server="$1" mode="$2" report="$3" log="$3.server"
   local exe="$WORK/xds-bench-server"
   [ "$server" = floor ] && exe="$WORK/xds-floor-server"
+  : >"$log"
   "$exe" --clusters "$CLUSTERS" --grpc-addr "$GRPC" --http-addr "$HTTP" >"$log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 300); do

@@ -117,6 +117,21 @@ impl TypeSet {
     }
 }
 
+impl TypeSet {
+    /// The resources at `indices` (which must exist) as one framed response of `mode` at the
+    /// current revision: what a stream is owed when several changes came while it had a
+    /// response in flight.
+    pub fn changes(&self, mode: Mode, indices: &[u32]) -> Bytes {
+        let entries = match mode {
+            Mode::Delta => &self.delta,
+            Mode::Sotw => &self.sotw,
+        };
+        let picked: Vec<Bytes> = indices.iter().map(|&i| entries[i as usize].clone()).collect();
+        let (version, nonce) = (format!("r{}", self.revision), format!("c{}", self.revision));
+        framed(&version, &self.type_url, &nonce, &picked)
+    }
+}
+
 /// A response (version, entries, type URL, nonce) behind its gRPC frame header (uncompressed,
 /// 4-byte big-endian length).
 fn framed(version: &str, type_url: &str, nonce: &str, entries: &[Bytes]) -> Bytes {
@@ -135,32 +150,33 @@ fn framed(version: &str, type_url: &str, nonce: &str, entries: &[Bytes]) -> Byte
     Bytes::from(out)
 }
 
-/// What the floor reads of a request: its type URL, and whether it subscribes to names (delta
-/// `resource_names_subscribe`, SotW `resource_names`) and how many.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Request<'a> {
-    /// `type_url`.
-    pub type_url: &'a [u8],
-    /// How many names it subscribes to (SotW: names it lists).
-    pub names: usize,
-}
-
-/// Reads a request's type URL and counts its names, skipping every other field.
-pub fn request(mode: Mode, message: &[u8]) -> Result<Request<'_>, super::proto::Malformed> {
+/// The type URL of a request: the first one, read without looking further (a client sends one;
+/// a SotW ACK's 10,000 names need not be walked by a server that does not look at them).
+pub fn type_url(mode: Mode, message: &[u8]) -> Result<&[u8], super::proto::Malformed> {
     use super::proto::{Value, fields};
-    let type_url_tag = match mode {
+    let tag = match mode {
         Mode::Delta => 2,
         Mode::Sotw => 4,
     };
-    let mut r = Request::default();
     for field in fields(message) {
-        match field? {
-            (t, Value::Bytes(b)) if t == type_url_tag => r.type_url = b,
-            (3, Value::Bytes(_)) => r.names += 1,
-            _ => {}
+        if let (t, Value::Bytes(b)) = field?
+            && t == tag
+        {
+            return Ok(b);
         }
     }
-    Ok(r)
+    Ok(&[])
+}
+
+/// How many names a request subscribes to (delta `resource_names_subscribe`, SotW
+/// `resource_names`: both field 3).
+pub fn names(message: &[u8]) -> Result<usize, super::proto::Malformed> {
+    use super::proto::{Value, fields};
+    let mut n = 0;
+    for field in fields(message) {
+        n += usize::from(matches!(field?, (3, Value::Bytes(_))));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -205,6 +221,12 @@ mod tests {
         assert_eq!(proto::header(body(&s)).unwrap().nonce, b"u1");
         let again = DiscoveryResponse::decode(body(&set.full(Mode::Sotw))).unwrap();
         assert_eq!((again.resources.len(), again.nonce.as_str()), (3, "f1"));
+
+        set.replace(2, "cluster-2".into(), &resources::cla(2, 2, 10_001));
+        let both =
+            DeltaDiscoveryResponse::decode(body(&set.changes(Mode::Delta, &[1, 2]))).unwrap();
+        let names: Vec<_> = both.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!((names, both.nonce.as_str()), (vec!["cluster-1", "cluster-2"], "c2"));
     }
 
     #[test]
@@ -216,8 +238,11 @@ mod tests {
         let out = crate::codec::Outgoing::sotw(None, "t", b"v", b"n", Bytes::from(names));
         let mut buf = out.head.clone();
         buf.extend_from_slice(&out.names);
-        assert_eq!(request(Mode::Sotw, &buf).unwrap(), Request { type_url: b"t", names: 2 });
+        assert_eq!((type_url(Mode::Sotw, &buf).unwrap(), names(&buf).unwrap()), (&b"t"[..], 2));
         let ack = crate::codec::Outgoing::delta(None, "t", b"n", Bytes::new(), Vec::new());
-        assert_eq!(request(Mode::Delta, &ack.head).unwrap(), Request { type_url: b"t", names: 0 });
+        assert_eq!(
+            (type_url(Mode::Delta, &ack.head).unwrap(), names(&ack.head).unwrap()),
+            (&b"t"[..], 0)
+        );
     }
 }

@@ -7,12 +7,14 @@
 //! (the Cluster set once; the ClusterLoadAssignment set once per revision; an update once,
 //! carrying the one changed resource); nonces and versions are per response, not per stream. A
 //! stream answers its first Cluster request with every Cluster and its first
-//! ClusterLoadAssignment subscription with every ClusterLoadAssignment, then gets each update;
-//! it reads every request (the ACKs too, and a SotW ACK carries all 10,000 names) but keeps no
-//! state beyond those two facts. There are no per-node views, no subscriptions by name (every
-//! subscriber gets every cluster: a floor for `xds-load --eds-per-client 0` only), no resumption
-//! and no NACK handling. A stream that falls more than [`QUEUE`] responses behind is ended,
-//! where a real server would coalesce.
+//! ClusterLoadAssignment request with every ClusterLoadAssignment, then gets each update. It
+//! reads every request (the ACKs too; a SotW ACK carries all 10,000 names, which it does not look
+//! at) and keeps one response in flight, as the project's server does: changes made while a
+//! response awaits its ACK go out together once the ACK comes (encoded for that stream), so the
+//! floor sends no more responses, and reads no more ACKs, than the project would. There are no
+//! per-node views, no subscriptions by name (every subscriber gets every cluster: a floor for
+//! `xds-load --eds-per-client 0` only), no resumption and no NACK handling. A stream whose queue
+//! of [`QUEUE`] responses is full is ended.
 //!
 //! `GET /bench/update?i=K` and `GET /bench/stats` answer as `xds-bench-server`'s do, so
 //! `xds-load` runs against either unchanged.
@@ -87,8 +89,20 @@ struct Floor {
 struct Endpoints {
     set: TypeSet,
     updates: u32,
-    subscribers: BTreeMap<u64, (Mode, mpsc::Sender<Bytes>)>,
+    subscribers: BTreeMap<u64, Subscriber>,
     next_id: u64,
+}
+
+/// A stream subscribed to the endpoints. As the project's server does (one response in flight
+/// per type), it is sent nothing more until it answers the last response; the changes that come
+/// meanwhile go out together then, so the floor sends no more responses (and reads no more
+/// ACKs) than the project would.
+struct Subscriber {
+    mode: Mode,
+    tx: mpsc::Sender<Bytes>,
+    in_flight: bool,
+    /// The clusters changed while a response was in flight.
+    pending: Vec<u32>,
 }
 
 impl Floor {
@@ -182,24 +196,24 @@ impl Stream {
     /// subscription to endpoints with every ClusterLoadAssignment; the rest (ACKs) are read
     /// and ignored.
     fn on_request(&mut self, message: &[u8]) -> Result<(), &'static str> {
-        let request = floor::request(self.mode, message).map_err(|_| "a malformed request")?;
+        let malformed = |_| "a malformed request";
+        let type_url = floor::type_url(self.mode, message).map_err(malformed)?;
         let floor = &self.floor;
-        if request.type_url == floor.cluster_type.as_bytes() && !self.clusters_sent {
+        if type_url == floor.cluster_type.as_bytes() && !self.clusters_sent {
             self.clusters_sent = true;
             let tx = self.tx.as_ref().ok_or("no queue")?;
             return tx.try_send(floor.clusters[mode_slot(self.mode)].clone()).map_err(|_| "full");
         }
-        if request.type_url == floor.endpoint_type.as_bytes()
-            && self.subscribed.is_none()
-            && request.names > 0
-        {
-            if request.names != floor.cluster_count as usize
-                && !floor.warned.swap(true, Ordering::Relaxed)
+        if type_url == floor.endpoint_type.as_bytes() && self.subscribed.is_none() {
+            // The first request for endpoints subscribes (xds-load's does, in both variants);
+            // its names are counted only to warn when they are not every cluster.
+            let names = floor::names(message).map_err(malformed)?;
+            if names != floor.cluster_count as usize && !floor.warned.swap(true, Ordering::Relaxed)
             {
                 eprintln!(
-                    "warning: a client subscribed to {} of {} clusters; the floor sends every \
-                     cluster to every subscriber",
-                    request.names, floor.cluster_count
+                    "warning: a client subscribed to {names} of {} clusters; the floor sends \
+                     every cluster to every subscriber",
+                    floor.cluster_count
                 );
             }
             let tx = self.tx.take().ok_or("no queue")?;
@@ -209,8 +223,26 @@ impl Stream {
             tx.try_send(state.set.full(self.mode)).map_err(|_| "full")?;
             let id = state.next_id;
             state.next_id += 1;
-            state.subscribers.insert(id, (self.mode, tx));
+            let subscriber =
+                Subscriber { mode: self.mode, tx, in_flight: true, pending: Vec::new() };
+            state.subscribers.insert(id, subscriber);
             self.subscribed = Some(id);
+        } else if type_url == floor.endpoint_type.as_bytes()
+            && let Some(id) = self.subscribed
+        {
+            // An ACK (or a NACK: the floor does not tell them apart) of the response in flight:
+            // what changed since goes out now, in one response.
+            let mut state = floor.lock();
+            let Endpoints { set, subscribers, .. } = &mut *state;
+            let Some(subscriber) = subscribers.get_mut(&id) else { return Err("ended") };
+            subscriber.in_flight = false;
+            if !subscriber.pending.is_empty() {
+                subscriber.pending.sort_unstable();
+                let response = set.changes(subscriber.mode, &subscriber.pending);
+                subscriber.pending.clear();
+                subscriber.tx.try_send(response).map_err(|_| "full")?;
+                subscriber.in_flight = true;
+            }
         }
         Ok(())
     }
@@ -235,6 +267,8 @@ async fn read_requests(
                 return;
             }
             if buf.len() < 5 + len {
+                // Room for the whole message at once, not grown by doubling as it arrives.
+                buf.reserve(5 + len - buf.len());
                 break;
             }
             buf.advance(5);
@@ -257,7 +291,8 @@ struct UpdateQuery {
 }
 
 /// Moves cluster `i`'s endpoints to a new port, encodes the change once and queues it on every
-/// subscribed stream; answers the port.
+/// subscribed stream with no response in flight (the others get it with their next response);
+/// answers the port.
 async fn update(
     State(floor): State<Arc<Floor>>,
     Query(q): Query<UpdateQuery>,
@@ -272,8 +307,14 @@ async fn update(
     let cla = resources::cla(q.i, floor.endpoints, port);
     let messages = state.set.replace(q.i as usize, format!("cluster-{}", q.i), &cla);
     let mut behind = Vec::new();
-    for (&id, (mode, tx)) in &state.subscribers {
-        if tx.try_send(messages[mode_slot(*mode)].clone()).is_err() {
+    for (&id, subscriber) in &mut state.subscribers {
+        if subscriber.in_flight {
+            if !subscriber.pending.contains(&q.i) {
+                subscriber.pending.push(q.i);
+            }
+        } else if subscriber.tx.try_send(messages[mode_slot(subscriber.mode)].clone()).is_ok() {
+            subscriber.in_flight = true;
+        } else {
             behind.push(id);
         }
     }
