@@ -232,10 +232,10 @@ mod tests {
     #[test]
     fn a_request_is_read_for_its_type_and_names() {
         use crate::codec::push_name;
-        let mut names = Vec::new();
-        push_name(&mut names, b"a");
-        push_name(&mut names, b"b");
-        let out = crate::codec::Outgoing::sotw(None, "t", b"v", b"n", Bytes::from(names));
+        let mut list = Vec::new();
+        push_name(&mut list, b"a");
+        push_name(&mut list, b"b");
+        let out = crate::codec::Outgoing::sotw(None, "t", b"v", b"n", Bytes::from(list));
         let mut buf = out.head.clone();
         buf.extend_from_slice(&out.names);
         assert_eq!((type_url(Mode::Sotw, &buf).unwrap(), names(&buf).unwrap()), (&b"t"[..], 2));
