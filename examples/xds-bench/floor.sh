@@ -9,7 +9,8 @@
 # Env (defaults): ROUNDS (3) CLIENTS (1000) CLUSTERS (10000) UPDATES (20) MODES ("delta sotw")
 # BIN (target/release: build first with `cargo build --release -p xds-bench`; the binaries are
 # copied out so that a concurrent build cannot swap them mid-run) GRPC_PORT / HTTP_PORT
-# (18700 / 18701) KEEP=1 to keep the reports. Extra arguments go to every xds-load run.
+# (18700 / 18701) KEEP=1 to keep the reports, REPORTS=<kept dir> to summarize them again without
+# running anything. Extra arguments go to every xds-load run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -34,9 +35,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for bin in xds-load xds-bench-server xds-floor-server; do
-  cp "$BIN/$bin" "$WORK/"
-done
+if [ -z "${REPORTS:-}" ]; then
+  for bin in xds-load xds-bench-server xds-floor-server; do
+    cp "$BIN/$bin" "$WORK/"
+  done
+fi
 
 # One run: starts server $1 (project | floor) fresh, runs xds-load in mode $2, writes the report
 # to $3.
@@ -62,21 +65,72 @@ run() {
 }
 
 # The figures of a report, tab-separated: storm CPU (s), CPU per update (ms), update p99 (ms),
-# RSS per client (KiB), xds-load CPU storm (s), xds-load CPU updates (s), storm received (MiB),
-# verdict.
+# RSS per client (KiB), xds-load CPU storm (s), xds-load CPU updates (s), CPU per update response
+# (µs: both servers send a stream's changes together while its last response awaits its ACK, so
+# the responses sent per update differ between runs), storm received (MiB), verdict.
 figures() {
   awk '
-    /^server CPU: storm/ { storm = $4; per_update = $9; gsub(/[(]/, "", per_update) }
+    /^server CPU: storm/ { storm = $4; updates_cpu = $7; per_update = $9; gsub(/[(]/, "", per_update) }
+    /^update traffic:/ { responses = $3 }
     /^all updates/ { for (i = 1; i <= NF; i++) if ($i == "p99") { p99 = $(i + 1); sub(/ms$/, "", p99) } }
     /KiB per client/ { for (i = 1; i <= NF; i++) if ($i == "KiB" && $(i + 1) == "per") { rss = $(i - 1); gsub(/[(]/, "", rss) } }
     /^xds-load itself/ { load_storm = $5; load_updates = $8 }
     /^storm: .* received$/ { received = $(NF - 2) }
     / passed, / { verdict = $0 }
-    END { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, received, verdict }
+    END {
+      per_response = responses > 0 ? sprintf("%.1f", updates_cpu * 1e6 / responses) : ""
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, per_response, received, verdict
+    }
   ' "$1"
 }
 
-printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tstorm_received_mib\tverdict\n' >"$WORK/runs.tsv"
+summary() {
+echo
+echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates), project / floor:"
+awk -F'\t' '
+  function median(list,    n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  NR > 1 {
+    modes[$3] = 1
+    for (c = 4; c <= 10; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
+    if ($12 !~ / 0 failed$/) bad[$3, $2]++
+  }
+  END {
+    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)|server CPU per response (us)", name, "|")
+    for (m in modes) {
+      printf "%s%s\n", m, (bad[m, "project"] || bad[m, "floor"]) ? "  (some runs FAILED: see the runs above)" : ""
+      for (c = 4; c <= 10; c++) {
+        p = median(v[m, "project", c]); f = median(v[m, "floor", c])
+        printf "  %-28s project %9.2f [%s ]  floor %9.2f [%s ]  ratio %s\n", name[c - 3], p, v[m, "project", c], f, v[m, "floor", c], (f > 0 ? sprintf("%.2f", p / f) : "-")
+      }
+    }
+  }
+' "$WORK/runs.tsv"
+}
+
+header() {
+  printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tcpu_per_response_us\tstorm_received_mib\tverdict\n'
+}
+
+if [ -n "${REPORTS:-}" ]; then
+  # Only the summary, of the reports a kept run left in $REPORTS ({mode}-{server}-{round}.txt).
+  header >"$WORK/runs.tsv"
+  ROUNDS=0
+  for report in "$REPORTS"/*-*-*.txt; do
+    name="$(basename "$report" .txt)"
+    IFS=- read -r mode server round <<<"$name"
+    [ "$round" -gt "$ROUNDS" ] && ROUNDS="$round"
+    printf '%s\t%s\t%s\t%s\n' "$round" "$server" "$mode" "$(figures "$report")" >>"$WORK/runs.tsv"
+  done
+  cat "$WORK/runs.tsv"
+  summary
+  exit 0
+fi
+
+header >"$WORK/runs.tsv"
 for round in $(seq 1 "$ROUNDS"); do
   for mode in $MODES; do
     order="project floor"
@@ -90,28 +144,4 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-
-echo
-echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates), project / floor:"
-awk -F'\t' '
-  function median(list,    n, a, i, j, t) {
-    n = split(list, a, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-  }
-  NR > 1 {
-    modes[$3] = 1
-    for (c = 4; c <= 9; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
-    if ($11 !~ / 0 failed$/) bad[$3, $2]++
-  }
-  END {
-    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)", name, "|")
-    for (m in modes) {
-      printf "%s%s\n", m, (bad[m, "project"] || bad[m, "floor"]) ? "  (some runs FAILED: see the runs above)" : ""
-      for (c = 4; c <= 9; c++) {
-        p = median(v[m, "project", c]); f = median(v[m, "floor", c])
-        printf "  %-28s project %9.2f [%s ]  floor %9.2f [%s ]  ratio %s\n", name[c - 3], p, v[m, "project", c], f, v[m, "floor", c], (f > 0 ? sprintf("%.2f", p / f) : "-")
-      }
-    }
-  }
-' "$WORK/runs.tsv"
+summary
