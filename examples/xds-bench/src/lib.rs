@@ -8,6 +8,8 @@
 //! - [`track`]: what clients report and the coordinator measures (lock-free slots).
 //! - [`bench`](mod@bench): the run: storm, (restart,) updates, final state, report; `checks`:
 //!   whether clients came back after a restart and hold the final state.
+//! - [`floor`]: the pre-encoded responses of `xds-floor-server`, the least a server can do to
+//!   serve these clients; [`resources`]: the clusters and endpoints both bench servers serve.
 //! - [`churn`]: connect / subscribe / disconnect cycles, and whether the server returns to its
 //!   baseline.
 //! - [`trigger`]: the trigger of an update (an HTTP GET or a command); [`stats`]: the server's
@@ -19,8 +21,10 @@ mod checks;
 pub mod churn;
 pub mod client;
 pub mod codec;
+pub mod floor;
 pub mod http;
 pub mod proto;
+pub mod resources;
 pub mod stats;
 pub mod sys;
 pub mod track;

@@ -1,5 +1,6 @@
-//! Smoke run of the benchmark tools (CI runs benchmarks only this way): `xds-bench-server` with
-//! 200 clusters, then `xds-load` with 5 clients and 5 updates over delta ADS and over SotW ADS.
+//! Smoke run of the benchmark tools (CI runs benchmarks only this way): `xds-bench-server`, and
+//! the floor `xds-floor-server`, each with 200 clusters, then `xds-load` with 5 clients and 5
+//! updates over delta ADS and over SotW ADS.
 //! Passes only when every client got the initial configuration and every update
 //! (`5 passed, 0 failed`, the generator's own verdict).
 
@@ -27,13 +28,24 @@ fn free_port() -> u16 {
 
 #[test]
 fn the_load_generator_sees_every_update_over_delta_and_sotw() {
+    check_server(env!("CARGO_BIN_EXE_xds-bench-server"), "xds-bench-server");
+}
+
+#[test]
+fn the_floor_serves_the_load_generator_over_delta_and_sotw() {
+    check_server(env!("CARGO_BIN_EXE_xds-floor-server"), "xds-floor-server");
+}
+
+/// Starts `exe` with 200 clusters and runs 5 xds-load clients with 5 updates against it, over
+/// delta and over SotW.
+fn check_server(exe: &str, name: &str) {
     let (grpc, http) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xds-bench-server"))
+    let mut child = Command::new(exe)
         .args(["--clusters", "200", "--grpc-addr", &grpc, "--http-addr", &http])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("xds-bench-server starts");
+        .unwrap_or_else(|e| panic!("{name} does not start: {e}"));
     let stdout = child.stdout.take().expect("piped stdout");
     let server = Server(child);
 
@@ -46,14 +58,15 @@ fn the_load_generator_sees_every_update_over_delta_and_sotw() {
             pid = rest.split(':').next().map(str::to_owned);
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "xds-bench-server did not start");
+        assert!(started.elapsed() < Duration::from_secs(30), "{name} did not start");
     }
-    let pid = pid.expect("xds-bench-server printed its pid");
+    let pid = pid.unwrap_or_else(|| panic!("{name} printed its pid"));
 
     for mode in ["delta", "sotw"] {
         let out = Command::new(env!("CARGO_BIN_EXE_xds-load"))
             .args(["--server", &format!("http://{grpc}")])
             .args(["--trigger", &format!("http://{http}/bench/update?i={{k}}")])
+            .args(["--stats", &format!("http://{http}/bench/stats")])
             .args(["--clients", "5", "--mode", mode, "--updates", "5", "--interval-ms", "100"])
             .args(["--timeout-s", "10", "--storm-timeout-s", "20", "--settle-ms", "200"])
             .args(["--server-pid", &pid])
@@ -62,7 +75,7 @@ fn the_load_generator_sees_every_update_over_delta_and_sotw() {
         let report = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && report.lines().last() == Some("5 passed, 0 failed"),
-            "xds-load --mode {mode} failed ({}):\n{report}\n{}",
+            "xds-load --mode {mode} against {name} failed ({}):\n{report}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );

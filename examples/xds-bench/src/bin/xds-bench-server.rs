@@ -26,9 +26,9 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
 use tonic::transport::server::TcpIncoming;
-use xds_bench::sys;
+use xds_bench::{resources, sys};
 use xds_cache::{LinearCache, MuxCache};
-use xds_proto::builders::{eds_cluster, endpoints, http_listener, route_to_cluster};
+use xds_proto::builders::{http_listener, route_to_cluster};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use xds_proto::pb::envoy::config::listener::v3::Listener;
@@ -68,9 +68,6 @@ struct Args {
     log: String,
 }
 
-/// The first port of every cluster; updates use 10000 and up.
-const INITIAL_PORT: u32 = 8080;
-
 /// What the update handler needs.
 struct Bench {
     cla: LinearCache,
@@ -80,16 +77,9 @@ struct Bench {
 }
 
 impl Bench {
-    /// Cluster `i`'s endpoints, all on `port`: `10.x.y.z`, distinct across clusters.
+    /// Cluster `i`'s endpoints, all on `port`.
     fn cla(&self, i: u32, port: u32) -> ClusterLoadAssignment {
-        let hosts: Vec<String> = (0..self.endpoints)
-            .map(|j| {
-                let n = i.wrapping_mul(self.endpoints).wrapping_add(j);
-                format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
-            })
-            .collect();
-        let hosts: Vec<(&str, u32)> = hosts.iter().map(|h| (h.as_str(), port)).collect();
-        endpoints(&format!("cluster-{i}"), &hosts)
+        resources::cla(i, self.endpoints, port)
     }
 }
 
@@ -114,7 +104,7 @@ async fn update(
         return (StatusCode::NOT_FOUND, format!("no cluster {} (of {})\n", q.i, bench.clusters));
     }
     let n = bench.updates.fetch_add(1, Ordering::Relaxed);
-    let port = 10_000 + n % 50_000;
+    let port = resources::update_port(n);
     match bench.cla.upsert(&bench.cla(q.i, port)) {
         Ok(_) => (StatusCode::OK, format!("{port}\n")),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
@@ -154,12 +144,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let encoded = |r: Result<EncodedResource, _>| r.map_err(|e| format!("cannot encode: {e}"));
     clusters.set_all(
         (0..args.clusters)
-            .map(|i| encoded(EncodedResource::new(&eds_cluster(&format!("cluster-{i}")))))
+            .map(|i| encoded(EncodedResource::new(&resources::cluster(i))))
             .collect::<Result<Vec<_>, _>>()?,
     )?;
     cla.set_all(
         (0..args.clusters)
-            .map(|i| encoded(EncodedResource::new(&bench.cla(i, INITIAL_PORT))))
+            .map(|i| encoded(EncodedResource::new(&bench.cla(i, resources::INITIAL_PORT))))
             .collect::<Result<Vec<_>, _>>()?,
     )?;
     // A listener on port 10000 whose routes come from RDS `route-0`: everything to `cluster-0`.
