@@ -40,9 +40,14 @@ pub struct Figures {
     pub bytes: u64,
     /// The clients that read (not stuck).
     pub clients: usize,
-    /// Per change and client: the time from the change's scheduled publication to the client
-    /// holding it, in microseconds, sorted.
+    /// Per change and client: the time from the change's publication (as the server answered it,
+    /// else as scheduled) to the client holding it, in microseconds, sorted.
     pub delays: Vec<u32>,
+    /// Per change: how late the server published it after its scheduled time (a busy runtime
+    /// runs the burst's task late), in microseconds, sorted; empty if the server did not say.
+    pub lags: Vec<u32>,
+    /// Per change: how long the cache's upsert took, in microseconds, sorted.
+    pub upserts: Vec<u32>,
 }
 
 impl Figures {
@@ -68,10 +73,25 @@ impl Figures {
                 self.bytes as f64 / self.clients.max(1) as f64,
             ),
             format!(
-                "burst: a change's delay from its scheduled publication to a client holding it: p50 {} p99 {} max {}",
+                "burst: a change's delay from its publication to a client holding it: p50 {} p99 {} max {}",
                 us(percentile(&self.delays, 50.0)),
                 us(percentile(&self.delays, 99.0)),
                 us(self.delays.last().copied().unwrap_or(0)),
+            ),
+            format!(
+                "burst: publication after its scheduled time p50 {} max {}; upsert p50 {} max {}, {} in all",
+                us(percentile(&self.lags, 50.0)),
+                us(self.lags.last().copied().unwrap_or(0)),
+                us(percentile(&self.upserts, 50.0)),
+                us(self.upserts.last().copied().unwrap_or(0)),
+                us(
+                    self.upserts
+                        .iter()
+                        .copied()
+                        .map(u64::from)
+                        .sum::<u64>()
+                        .min(u64::from(u32::MAX)) as u32
+                ),
             ),
         ]
     }
@@ -115,7 +135,7 @@ pub(crate) async fn run(
         Ok(ports) => {
             for (u, &k) in plan.iter().enumerate() {
                 match ports.get(&k) {
-                    Some(&port) => tracker.set_port(u, port),
+                    Some(p) => tracker.set_port(u, p.port),
                     None => error = Some(format!("the burst answer has no port for cluster {k}")),
                 }
             }
@@ -136,13 +156,24 @@ pub(crate) async fn run(
     let mut delays = Vec::new();
     let mut all_converged = error.is_none();
     let mut last = 0u32;
+    let (mut lags, mut upserts) = (Vec::new(), Vec::new());
     for (u, &k) in plan.iter().enumerate() {
         tracker.end(u);
         let Some(up) = tracker.update(u) else { continue };
         let (mut latencies, missing) = up.latencies(expected[u].iter().copied());
         latencies.sort_unstable();
         // The `u`-th change is scheduled `u * spread / n` after the trigger.
-        let offset = u32::try_from((spread * u as u32 / n as u32).as_micros()).unwrap_or(u32::MAX);
+        let scheduled =
+            u32::try_from((spread * u as u32 / n as u32).as_micros()).unwrap_or(u32::MAX);
+        let published = answer.as_ref().ok().and_then(|p| p.get(&k));
+        let offset = match published {
+            Some(&Published { at_us: Some(at), upsert_us, .. }) => {
+                lags.push(at.saturating_sub(scheduled));
+                upserts.extend(upsert_us);
+                at
+            }
+            _ => scheduled,
+        };
         delays.extend(latencies.iter().map(|l| l.saturating_sub(offset)));
         last = last.max(latencies.last().copied().unwrap_or(0));
         all_converged &= missing.is_empty();
@@ -153,13 +184,15 @@ pub(crate) async fn run(
         });
         outcomes.push(Outcome {
             cluster: k,
-            port: answer.as_ref().ok().and_then(|p| p.get(&k).copied()),
+            port: answer.as_ref().ok().and_then(|p| p.get(&k)).map(|p| p.port),
             expected: expected[u].len(),
             latencies,
             error,
         });
     }
     delays.sort_unstable();
+    lags.sort_unstable();
+    upserts.sort_unstable();
     let figures = Figures {
         changes: n,
         spread,
@@ -169,18 +202,34 @@ pub(crate) async fn run(
         bytes: b1 - b0,
         clients: clients - tracker.stuck(),
         delays,
+        lags,
+        upserts,
     };
     (outcomes, figures)
 }
 
-/// The `cluster port` lines of the burst answer.
-fn ports_of(body: &str) -> Result<BTreeMap<u32, u32>, String> {
+/// One change as the server answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Published {
+    port: u32,
+    /// When it was published, in microseconds after the burst's start (if the server says).
+    at_us: Option<u32>,
+    /// How long the cache took (if the server says).
+    upsert_us: Option<u32>,
+}
+
+/// The `cluster port [published_us upsert_us]` lines of the burst answer.
+fn ports_of(body: &str) -> Result<BTreeMap<u32, Published>, String> {
     body.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let mut words = l.split_whitespace().map(str::parse::<u32>);
             match (words.next(), words.next()) {
-                (Some(Ok(k)), Some(Ok(port))) => Ok((k, port)),
+                (Some(Ok(k)), Some(Ok(port))) => {
+                    let at_us = words.next().and_then(Result::ok);
+                    let upsert_us = words.next().and_then(Result::ok);
+                    Ok((k, Published { port, at_us, upsert_us }))
+                }
                 _ => Err(format!("burst: not a `cluster port` line: {l:?}")),
             }
         })
@@ -193,8 +242,12 @@ mod tests {
 
     #[test]
     fn reads_the_burst_answer() {
-        let ports = ports_of("0 10000\n1 10001\n\n").unwrap();
-        assert_eq!(ports.into_iter().collect::<Vec<_>>(), vec![(0, 10000), (1, 10001)]);
+        let ports = ports_of("0 10000 15 3\n1 10001\n\n").unwrap();
+        let p = |port, at_us, upsert_us| Published { port, at_us, upsert_us };
+        assert_eq!(
+            ports.into_iter().collect::<Vec<_>>(),
+            vec![(0, p(10000, Some(15), Some(3))), (1, p(10001, None, None))]
+        );
         assert!(ports_of("0\n").is_err());
     }
 }

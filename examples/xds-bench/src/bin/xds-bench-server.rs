@@ -3,7 +3,7 @@
 //! moves cluster K's endpoints to a new port and answers it once published; `GET /bench/stats`
 //! `GET /bench/burst?n=N&ms=T` updates clusters `0..N`, one at a time through the same path,
 //! spread evenly over T milliseconds (an inventory changing N resources within T ms), and answers
-//! `cluster port` lines once the last one is published; `GET /bench/stats`
+//! `cluster port published_us upsert_us` lines once the last one is published; `GET /bench/stats`
 //! answers the server's own figures as JSON (`{"tasks":N,"streams":N,"rss_bytes":N,"cpu_s":F}`:
 //! tasks alive in its runtime, open xDS streams, resident memory, CPU seconds), for the
 //! reliability runs of `xds-load` (churn, stuck clients, soak).
@@ -123,7 +123,9 @@ async fn update(
 }
 
 /// Updates clusters `0..n` one at a time, each through the path of [`update`], the `j`-th at
-/// `j * ms / n` after the start; answers a `cluster port` line per update once all are published.
+/// `j * ms / n` after the start; answers a `cluster port published_us upsert_us` line per update
+/// once all are published (when it was published after the start, and how long the cache took),
+/// as a loaded runtime may run this task late and stretch the burst.
 async fn burst(
     State(bench): State<Arc<Bench>>,
     Query(q): Query<BurstQuery>,
@@ -141,10 +143,17 @@ async fn burst(
         // stretch the burst.
         tokio::time::sleep_until(start + spread * j / q.n).await;
         let port = resources::update_port(first.wrapping_add(j));
+        let before = tokio::time::Instant::now();
         if let Err(e) = bench.cla.upsert(&bench.cla(j, port)) {
             return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
         }
-        let _ = writeln!(answer, "{j} {port}");
+        let done = tokio::time::Instant::now();
+        let _ = writeln!(
+            answer,
+            "{j} {port} {} {}",
+            (done - start).as_micros(),
+            (done - before).as_micros()
+        );
     }
     (StatusCode::OK, answer)
 }

@@ -152,7 +152,8 @@ struct Args {
     /// The burst's spread, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     burst_ms: u64,
-    /// The burst URL, where `n` and `ms` in braces stand for the figures: it must answer a `cluster port` line per change once all
+    /// The burst URL, where `n` and `ms` in braces stand for the figures: it must answer a
+    /// `cluster port [published_us upsert_us]` line per change once all
     /// are published.
     #[arg(long, default_value = "http://127.0.0.1:18001/bench/burst?n={n}&ms={ms}")]
     burst_url: String,
