@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::burst::{self, Burst};
 use super::checks;
 use super::client::{self, Mode};
 use super::stats::{Sampler, Samples, StatsSource};
@@ -61,6 +62,8 @@ pub struct Options {
     pub sampling: Option<Sampling>,
     /// Leave the per-update table out of the report (failed updates are still listed).
     pub brief: bool,
+    /// Instead of the updates: one burst of changes (see [`burst`](super::burst)).
+    pub burst: Option<Burst>,
 }
 
 /// Sampling the server in the background during a run.
@@ -76,14 +79,14 @@ pub struct Sampling {
 
 /// The outcome of one update.
 #[derive(Debug, Clone)]
-struct Outcome {
-    cluster: u32,
-    port: Option<u32>,
-    expected: usize,
+pub(crate) struct Outcome {
+    pub(crate) cluster: u32,
+    pub(crate) port: Option<u32>,
+    pub(crate) expected: usize,
     /// Sorted latencies of the clients that converged, in microseconds.
-    latencies: Vec<u32>,
+    pub(crate) latencies: Vec<u32>,
     /// Why it failed, if it did.
-    error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 impl Outcome {
@@ -190,7 +193,13 @@ pub async fn run(o: Options) -> bool {
     let before_updates = tracker.traffic();
 
     let mut outcomes = Vec::new();
-    if storm_ok
+    let mut burst_figures = None;
+    if storm_ok && let Some(b) = &o.burst {
+        let (burst_outcomes, figures) =
+            burst::run(b, &tracker, o.clients, o.eds_per_client, clusters, o.timeout).await;
+        outcomes = burst_outcomes;
+        burst_figures = Some(figures);
+    } else if storm_ok
         && o.updates > 0
         && let Some(trigger) = &o.trigger
     {
@@ -293,14 +302,25 @@ pub async fn run(o: Options) -> bool {
         let _ = writeln!(out, "failover traffic: {m} messages, {} received", mib(b / 1024));
     }
 
+    let burst_ok = burst_figures.as_ref().is_none_or(|f| f.converged.is_some());
+    for line in burst_figures.iter().flat_map(burst::Figures::lines) {
+        let _ = writeln!(out, "{line}");
+    }
     let mut all = Vec::new();
     if !outcomes.is_empty() {
-        let _ = writeln!(
-            out,
-            "updates: {} (at least {:?} apart), convergence = trigger sent -> client holds the new port",
-            outcomes.len(),
-            o.interval
-        );
+        let _ = match &o.burst {
+            Some(_) => writeln!(
+                out,
+                "updates: {} (one burst), convergence = burst triggered -> client holds the new port",
+                outcomes.len(),
+            ),
+            None => writeln!(
+                out,
+                "updates: {} (at least {:?} apart), convergence = trigger sent -> client holds the new port",
+                outcomes.len(),
+                o.interval
+            ),
+        };
         let _ = writeln!(
             out,
             "  {:>4} {:>7} {:>6} {:>11} {:>9} {:>9} {:>9} {:>9}",
@@ -409,7 +429,8 @@ pub async fn run(o: Options) -> bool {
         mib(me2.rss_kib)
     );
     let passed = outcomes.iter().filter(|r| r.passed()).count();
-    let failed = outcomes.len() - passed + usize::from(!storm_ok) * o.updates;
+    let planned = o.burst.as_ref().map_or(o.updates, |b| b.n as usize);
+    let failed = outcomes.len() - passed + usize::from(!storm_ok) * planned;
     let _ = writeln!(out, "{passed} passed, {failed} failed");
     print!("{out}");
     // A resuming client is owed nothing it holds (delta: rule D7), except that a SotW client is
@@ -420,7 +441,7 @@ pub async fn run(o: Options) -> bool {
         Mode::Sotw => tracker.resent_clusters_total(),
     };
     let restarted = (restart.is_none() && failover.is_none()) || (restart_ok && resent_owed == 0);
-    storm_ok && failed == 0 && failed_clients == 0 && final_ok && restarted
+    storm_ok && failed == 0 && failed_clients == 0 && final_ok && restarted && burst_ok
 }
 
 /// `server RSS (N samples every S): first .., after the storm .., max .., last ..`.

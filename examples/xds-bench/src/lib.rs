@@ -7,7 +7,8 @@
 //! - [`client`]: one client's protocol state: subscriptions, ACKs, what it holds, reconnections.
 //! - [`track`]: what clients report and the coordinator measures (lock-free slots).
 //! - [`bench`](mod@bench): the run: storm, (restart,) updates, final state, report; `checks`:
-//!   whether clients came back after a restart and hold the final state.
+//!   whether clients came back after a restart and hold the final state; [`burst`]: many
+//!   changes within a second, and how many responses they cost each client.
 //! - [`floor`]: the pre-encoded responses of `xds-floor-server`, the least a server can do to
 //!   serve these clients; [`resources`]: the clusters and endpoints both bench servers serve.
 //! - [`churn`]: connect / subscribe / disconnect cycles, and whether the server returns to its
@@ -17,6 +18,7 @@
 //!   samples and the open-file limit.
 
 pub mod bench;
+pub mod burst;
 mod checks;
 pub mod churn;
 pub mod client;

@@ -1,6 +1,9 @@
 //! A control plane in bench mode: N EDS clusters (`cluster-{i}`, endpoints over ADS) with M
 //! endpoints each, one listener and one route, served to every node; `GET /bench/update?i=K`
 //! moves cluster K's endpoints to a new port and answers it once published; `GET /bench/stats`
+//! `GET /bench/burst?n=N&ms=T` updates clusters `0..N`, one at a time through the same path,
+//! spread evenly over T milliseconds (an inventory changing N resources within T ms), and answers
+//! `cluster port published_us upsert_us` lines once the last one is published; `GET /bench/stats`
 //! answers the server's own figures as JSON (`{"tasks":N,"streams":N,"rss_bytes":N,"cpu_s":F}`:
 //! tasks alive in its runtime, open xDS streams, resident memory, CPU seconds), for the
 //! reliability runs of `xds-load` (churn, stuck clients, soak).
@@ -16,6 +19,7 @@
 //! curl 'http://127.0.0.1:18001/bench/stats'          # -> {"tasks":7,"streams":0,...}
 //! ```
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -89,6 +93,13 @@ struct UpdateQuery {
     i: u32,
 }
 
+/// The query of `/bench/burst`: `n` single-cluster updates spread over `ms` milliseconds.
+#[derive(serde::Deserialize)]
+struct BurstQuery {
+    n: u32,
+    ms: u64,
+}
+
 /// The query of `/status`: one node, or every stream.
 #[derive(serde::Deserialize)]
 struct StatusQuery {
@@ -109,6 +120,42 @@ async fn update(
         Ok(_) => (StatusCode::OK, format!("{port}\n")),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
+}
+
+/// Updates clusters `0..n` one at a time, each through the path of [`update`], the `j`-th at
+/// `j * ms / n` after the start; answers a `cluster port published_us upsert_us` line per update
+/// once all are published (when it was published after the start, and how long the cache took),
+/// as a loaded runtime may run this task late and stretch the burst.
+async fn burst(
+    State(bench): State<Arc<Bench>>,
+    Query(q): Query<BurstQuery>,
+) -> (StatusCode, String) {
+    if q.n == 0 || q.n > bench.clusters {
+        return (StatusCode::NOT_FOUND, format!("n must be 1..={}\n", bench.clusters));
+    }
+    // The ports are reserved at once, so that updates triggered meanwhile get other ones.
+    let first = bench.updates.fetch_add(q.n, Ordering::Relaxed);
+    let start = tokio::time::Instant::now();
+    let spread = Duration::from_millis(q.ms);
+    let mut answer = String::with_capacity(q.n as usize * 12);
+    for j in 0..q.n {
+        // Scheduled from the start, not from the previous update: a slow upsert does not
+        // stretch the burst.
+        tokio::time::sleep_until(start + spread * j / q.n).await;
+        let port = resources::update_port(first.wrapping_add(j));
+        let before = tokio::time::Instant::now();
+        if let Err(e) = bench.cla.upsert(&bench.cla(j, port)) {
+            return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
+        }
+        let done = tokio::time::Instant::now();
+        let _ = writeln!(
+            answer,
+            "{j} {port} {} {}",
+            (done - start).as_micros(),
+            (done - before).as_micros()
+        );
+    }
+    (StatusCode::OK, answer)
 }
 
 /// `/bench/stats`: the live tasks of this runtime, the open xDS streams, RSS and CPU time.
@@ -191,7 +238,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     async move { axum::Json(body.unwrap_or_default()) }
                 }),
             )
-            .route("/bench/update", get(update).with_state(bench))
+            .route("/bench/update", get(update).with_state(bench.clone()))
+            .route("/bench/burst", get(burst).with_state(bench))
             .route(
                 "/bench/stats",
                 get(move || {
@@ -217,7 +265,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!(
         "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route; gRPC {}, HTTP {} \
-         (/bench/update?i=K, /bench/stats, /healthz, /metrics, /status?node=ID); open-file limit \
+         (/bench/update?i=K, /bench/burst?n=N&ms=T, /bench/stats, /healthz, /metrics, /status?node=ID); open-file limit \
          {fd_limit}",
         std::process::id(),
         args.clusters,

@@ -27,12 +27,15 @@
 //!   prints `READY FOR FAILOVER`, server I is meant to be killed, and its clients must move to
 //!   the others and be resent nothing (`reliability/replicas.sh`, with `--trigger-cmd` publishing
 //!   into etcd).
+//! - `--burst N --burst-ms T`: instead of the updates, N changes within T ms (`/bench/burst`);
+//!   reports responses per client and the time until every client holds every last version.
 //! - `--rss-log FILE --sample-s SECS`: the server's RSS, CPU, tasks and streams every SECS, as CSV.
 
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use xds_bench::bench::{self, Options, Sampling};
+use xds_bench::burst::Burst;
 use xds_bench::churn::{self, ChurnOptions};
 use xds_bench::client::Mode;
 use xds_bench::http::Url;
@@ -141,6 +144,19 @@ struct Args {
     /// Leave the per-update table out of the report (failed updates are still listed).
     #[arg(long)]
     brief: bool,
+    /// Instead of --updates: one burst of N changes (clusters 0..N, one update each, at most
+    /// 5,000: the answer lists each port) spread over --burst-ms; reports the responses each
+    /// client received meanwhile and when every client held every last version.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=5000))]
+    burst: Option<u32>,
+    /// The burst's spread, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    burst_ms: u64,
+    /// The burst URL, where `n` and `ms` in braces stand for the figures: it must answer a
+    /// `cluster port [published_us upsert_us]` line per change once all
+    /// are published.
+    #[arg(long, default_value = "http://127.0.0.1:18001/bench/burst?n={n}&ms={ms}")]
+    burst_url: String,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -168,7 +184,18 @@ fn main() -> std::process::ExitCode {
         let stats = Url::parse(&args.stats).map_err(|e| format!("--stats: {e}"))?;
         Ok((t, stats))
     });
-    let (trigger, stats_url) = match parsed {
+    let parsed = parsed.and_then(|(t, stats)| {
+        let burst = match args.burst {
+            Some(n) => Some(Burst {
+                url: Url::parse(&args.burst_url).map_err(|e| format!("--burst-url: {e}"))?,
+                n,
+                ms: args.burst_ms,
+            }),
+            None => None,
+        };
+        Ok((t, stats, burst))
+    });
+    let (trigger, stats_url, burst) = match parsed {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
@@ -231,6 +258,7 @@ fn main() -> std::process::ExitCode {
         failover: args.failover,
         sampling: sample_every.map(|every| Sampling { source, every, log: args.rss_log }),
         brief: args.brief,
+        burst,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
