@@ -383,6 +383,9 @@ async fn the_console_shows_reported_endpoint_health_not_healthy_first() {
     assert_eq!(web["endpoints_total"], 2, "{health}");
     assert_eq!(web["healthy"], 1);
     assert_eq!(web["endpoints"][0]["address"], "10.0.0.2:80", "not healthy first");
-    assert_eq!(web["endpoints"][0]["nodes"][0], serde_json::json!({"node": "a1", "status": "unhealthy"}));
+    assert_eq!(
+        web["endpoints"][0]["nodes"][0],
+        serde_json::json!({"node": "a1", "status": "unhealthy"})
+    );
     assert_eq!(web["endpoints"][1]["healthy"], true);
 }

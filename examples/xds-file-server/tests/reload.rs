@@ -379,7 +379,10 @@ async fn the_console_lists_the_reloads_with_what_changed_and_a_refused_ones_erro
     let changed = history().await;
     let entry = &changed["history"][0];
     assert_eq!(entry["source"], "files", "{changed}");
-    assert_eq!(entry["changes"]["resource_counts"]["cluster"], serde_json::json!({"before": 1, "after": 2}));
+    assert_eq!(
+        entry["changes"]["resource_counts"]["cluster"],
+        serde_json::json!({"before": 1, "after": 2})
+    );
     assert_eq!(entry["changes"]["resources_changed"], 1, "{entry}");
 
     // The file's own text, with markup in it, comes back as data in the refused entry.

@@ -249,9 +249,12 @@ mod tests {
         assert_eq!(c00["dropped"], 1);
         assert_eq!(c00["localities"].as_array().unwrap().len(), MAX_CONSOLE_LOCALITIES);
         assert_eq!(c00["localities_total"], MAX_CONSOLE_LOCALITIES + 3);
-        assert_eq!(c00["localities"][0], json!({
-            "locality": "r/z00/", "issued": 5, "succeeded": 4, "errors": 1, "in_progress": 0,
-        }));
+        assert_eq!(
+            c00["localities"][0],
+            json!({
+                "locality": "r/z00/", "issued": 5, "succeeded": 4, "errors": 1, "in_progress": 0,
+            })
+        );
         let last = load_json(&snapshot, MAX_CONSOLE_CLUSTERS);
         assert_eq!(last["clusters"].as_array().unwrap().len(), 6);
         assert_eq!(last["next_offset"], Value::Null);
