@@ -129,7 +129,7 @@ fn on_event(
             let mut state = lock();
             state.error = Some(format!("etcd revision {revision}: {error}"));
             state.reloads_error += 1;
-            state.history.refused(format!("etcd revision {revision}"), &error.to_string());
+            state.history.refused(format!("etcd revision {revision}"), error);
         }
         SourceEvent::Synced { revision } => {
             tracing::info!(revision, "etcd answers; the watch is established");

@@ -94,26 +94,18 @@ pub(crate) fn routes(server: XdsServer, config: Option<ConfigHook>) -> Router {
         .route(
             "/ui/api/load",
             get(move |query: RawQuery| {
-                std::future::ready(offset_of(query).map_or_else(
-                    |bad| bad,
-                    |offset| {
-                        let snapshot = load.server.load_reporting().snapshot();
-                        json_response(StatusCode::OK, overview::load_json(&snapshot, offset))
-                    },
-                ))
+                std::future::ready(paged(query, |offset| {
+                    overview::load_json(&load.server.load_reporting().snapshot(), offset)
+                }))
             }),
         )
         .route(
             "/ui/api/health",
             get(move |query: RawQuery| {
-                std::future::ready(offset_of(query).map_or_else(
-                    |bad| bad,
-                    |offset| {
-                        let snapshot = health.server.health_discovery().map(|h| h.snapshot());
-                        let body = overview::health_json(snapshot.as_ref(), offset);
-                        json_response(StatusCode::OK, body)
-                    },
-                ))
+                std::future::ready(paged(query, |offset| {
+                    let snapshot = health.server.health_discovery().map(|h| h.snapshot());
+                    overview::health_json(snapshot.as_ref(), offset)
+                }))
             }),
         )
         .route(
@@ -125,25 +117,33 @@ pub(crate) fn routes(server: XdsServer, config: Option<ConfigHook>) -> Router {
         )
 }
 
-/// The `offset` of a panel's page (`0` without one), or the `400` of a bad query: an unknown
-/// parameter or an offset that is not a non-negative integer.
-fn offset_of(query: RawQuery) -> Result<usize, Response> {
-    let Query(query) = query.map_err(|rejection| malformed(&rejection))?;
+/// The `offset` of a panel's page (`0` without one), or the body of the `400` of a bad query:
+/// a malformed query string, an unknown parameter, or an offset that is not a non-negative
+/// integer.
+fn offset_of(query: RawQuery) -> Result<usize, Value> {
+    let Query(query) = query.map_err(|rejection| {
+        json!({ "error": format!("the query string is malformed: {}", rejection.body_text()) })
+    })?;
     if let Some(unknown) = query.keys().filter(|k| k.as_str() != "offset").min() {
         let error = format!("unknown parameter \"{}\" (known: offset)", xds_core::echo(unknown));
         let parameter = crate::status::bounded_owned(unknown);
-        return Err(json_response(
-            StatusCode::BAD_REQUEST,
-            json!({ "error": error, "parameter": parameter }),
-        ));
+        return Err(json!({ "error": error, "parameter": parameter }));
     }
     match query.get("offset") {
         None => Ok(0),
         Some(text) => text.parse().map_err(|_| {
             let error =
                 format!("offset must be a non-negative integer, not \"{}\"", xds_core::echo(text));
-            json_response(StatusCode::BAD_REQUEST, json!({ "error": error, "parameter": "offset" }))
+            json!({ "error": error, "parameter": "offset" })
         }),
+    }
+}
+
+/// A panel's page for the query's offset, or the `400` of a bad query.
+fn paged(query: RawQuery, page: impl FnOnce(usize) -> Value) -> Response {
+    match offset_of(query) {
+        Ok(offset) => json_response(StatusCode::OK, page(offset)),
+        Err(bad) => json_response(StatusCode::BAD_REQUEST, bad),
     }
 }
 
