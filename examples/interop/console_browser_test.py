@@ -18,6 +18,9 @@ Steps:
   5. detail    the gRPC client's detail view shows its streams, its cluster SYNCED and what its
                group serves
   6. cli       ``xds-file-server status`` prints the table, ``--node`` one node, ``-o json``
+  7. panels    a refused file with markup in it: the Configuration panel lists the refusal with
+               the server's error text as text (nothing injected); the ACK latency panel draws
+               its chart
 
 ``--screenshot PATH`` saves a PNG of the page while the clients are SYNCED, PENDING and NACKED.
 
@@ -54,7 +57,7 @@ ADS_METHOD = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggre
 # How much later than the admin API the page may show a change (it polls every second).
 PAGE_LAG = 2.0
 WAIT = 20
-STEPS = ["started", "nack", "filter", "recover", "detail", "cli"]
+STEPS = ["started", "nack", "filter", "recover", "detail", "cli", "panels"]
 
 
 # --- a raw ADS client: protobuf by hand, enough for a SotW DiscoveryRequest ------------------
@@ -374,6 +377,27 @@ class ConsoleTest(interop.Test):
         if data["total"] != len(data["rows"]) or SCRIPT_NODE not in [r["node_id"] for r in data["rows"]]:
             raise interop.StepFailed(f"unexpected JSON: {data}")
         return f"table of {len(lines) - 1} rows, --node and -o json as expected"
+
+    def step_panels(self):
+        refused = self.status()["config"]["reloads_error"]
+        interop.write_atomically(self.config_path, "resources: [ {<script>window.__xss=3</script>\n")
+        self.poll_api("the refused file", lambda: self.status()["config"]["reloads_error"] > refused)
+        api_error = json.loads(self.http_get("/ui/api/config")[1])["history"][0]["error"]
+        self.driver.get(self.base() + "ui?panel=config")
+        shown = self.wait_page("the refused reload", lambda: self.js("""
+            const cell = document.querySelector('#p-body .error-text');
+            return cell ? cell.textContent : null;"""))
+        if shown != api_error:
+            raise interop.StepFailed(f"the panel shows {shown!r}, the API {api_error!r}")
+        if self.js("return window.__xss === undefined && !document.querySelector('#p-body script');") is not True:
+            raise interop.StepFailed("markup from the error text ran or reached the page as HTML")
+        loads = self.status()["config"]["loads"]
+        interop.write_atomically(self.config_path, interop.render_config(self.port_a))
+        self.wait_loads(loads, stale_error=self.status()["config"]["error"])
+        self.driver.get(self.base() + "ui?panel=ack")
+        bars = self.wait_page("the ACK latency chart", lambda: self.js(
+            "return Array.from(document.querySelectorAll('#p-body svg.chart rect.bar')).filter(r => +r.getAttribute('width') > 0).length;"))
+        return f"the refusal shown as text ({len(shown)} bytes), ACK latency chart with {bars} non-empty bucket(s)"
 
 
 def write_config(test, lb_policy="ROUND_ROBIN"):

@@ -75,7 +75,11 @@ type StatusHook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 ///   `sort`, `order`, `offset`, `limit` up to [`MAX_CONSOLE_PAGE`](crate::console::MAX_CONSOLE_PAGE))
 ///   every second; `/ui?node=ID` shows one node's streams from `GET /ui/api/proxy?node=ID`, and
 ///   what its group serves when the application serves `/config_dump?node=ID` (as
-///   `xds-file-server` does).
+///   `xds-file-server` does). Beside the proxies, panels for the application's configuration
+///   history (`GET /ui/api/config`, from the [`console_config`](Admin::console_config) hook),
+///   the load reported over LRS (`GET /ui/api/load?offset=N`), the endpoint health reported
+///   over HDS (`GET /ui/api/health?offset=N`) and the ACK latency histogram
+///   (`GET /ui/api/ack`).
 /// - `POST /v3/discovery:client_status`: CSDS as JSON, as on
 ///   [`rest_router`](XdsServer::rest_router), authorized as
 ///   [`Entry::Admin`].
@@ -144,6 +148,7 @@ pub struct Admin {
     ready: Option<ReadyHook>,
     metrics: Option<MetricsHook>,
     status: Option<StatusHook>,
+    console_config: Option<crate::console::ConfigHook>,
     max_group_labels: usize,
 }
 
@@ -153,6 +158,7 @@ impl fmt::Debug for Admin {
             .field("ready", &self.ready.is_some())
             .field("metrics", &self.metrics.is_some())
             .field("status", &self.status.is_some())
+            .field("console_config", &self.console_config.is_some())
             .field("max_group_labels", &self.max_group_labels)
             .finish_non_exhaustive()
     }
@@ -167,6 +173,7 @@ impl XdsServer {
             ready: None,
             metrics: None,
             status: None,
+            console_config: None,
             max_group_labels: DEFAULT_MAX_GROUP_LABELS,
         }
     }
@@ -209,6 +216,25 @@ impl Admin {
         self
     }
 
+    /// What the console's Configuration panel shows (`GET /ui/api/config`): the application's
+    /// configuration history, as JSON of this shape (every field optional):
+    ///
+    /// ```json
+    /// {"summary": {"source": "files", "reloads": 3},
+    ///  "history": [{"at_ms": 1795930936123, "source": "reload", "outcome": "refused",
+    ///               "changes": "2 clusters changed", "error": "cluster c: ..."}]}
+    /// ```
+    ///
+    /// `summary` is shown as a list of fields, `history` (newest first) as a table, of which
+    /// the console keeps the first [`MAX_CONFIG_HISTORY`](crate::console::MAX_CONFIG_HISTORY)
+    /// entries; every value is shown as text. Keep the history bounded and its error texts
+    /// short: the hook runs on every poll. Without this hook the panel says the server keeps no
+    /// configuration history.
+    pub fn console_config(mut self, hook: impl Fn() -> Value + Send + Sync + 'static) -> Self {
+        self.console_config = Some(Arc::new(hook));
+        self
+    }
+
     /// How many groups get a `group` label of their own on `/metrics` (default
     /// [`DEFAULT_MAX_GROUP_LABELS`], at most [`MAX_GROUP_LABELS`],
     /// the number the server keeps NACK counts for); the rest are summed under `(other)`. A
@@ -228,6 +254,7 @@ impl Admin {
             post(move |request: Request| client_status(server.clone(), Entry::Admin, request))
         };
         let server = admin.server.clone();
+        let console_config = admin.console_config.clone();
         let (ready, metrics, status) = (admin.clone(), admin.clone(), admin);
         Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
@@ -240,7 +267,7 @@ impl Admin {
                 }),
             )
             .route(CLIENT_STATUS_PATH, post_only(csds))
-            .merge(crate::console::routes(server))
+            .merge(crate::console::routes(server, console_config))
     }
 
     fn ready_response(&self) -> Response {

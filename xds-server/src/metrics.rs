@@ -31,6 +31,19 @@ struct PerType {
 const ACK_BUCKETS: [f64; 12] =
     [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// The ACK latency histogram over every stream: see [`Metrics::ack_histogram`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct AckHistogram {
+    /// Upper bounds (seconds) of the finite buckets.
+    pub(crate) bounds: &'static [f64],
+    /// ACKs per bucket (not cumulative): one per bound, then the `+Inf` bucket.
+    pub(crate) counts: Vec<u64>,
+    /// ACKs measured.
+    pub(crate) count: u64,
+    /// Their latencies summed, in seconds.
+    pub(crate) sum_seconds: f64,
+}
+
 /// The server's counters. Render them with [`Metrics::render`] (served at `GET /metrics` by
 /// [`XdsServer::admin_router`](crate::XdsServer::admin_router), with per-group series).
 #[derive(Debug, Default)]
@@ -243,6 +256,29 @@ impl Metrics {
         self.join_gate_passed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The ACK latency histogram summed over every variant and type, for the console's chart:
+    /// one count per bucket of [`ACK_BUCKETS`] and a last one for `+Inf` (not cumulative).
+    pub(crate) fn ack_histogram(&self) -> AckHistogram {
+        let map = lock(&self.per_type);
+        let mut h = AckHistogram {
+            bounds: &ACK_BUCKETS,
+            counts: vec![0; ACK_BUCKETS.len() + 1],
+            count: 0,
+            sum_seconds: 0.0,
+        };
+        for m in map.values().flat_map(|types| types.values()) {
+            let mut bucketed = 0;
+            for (total, n) in h.counts.iter_mut().zip(m.ack_buckets) {
+                *total += n;
+                bucketed += n;
+            }
+            h.counts[ACK_BUCKETS.len()] += m.ack_count.saturating_sub(bucketed);
+            h.count += m.ack_count;
+            h.sum_seconds += m.ack_seconds_sum;
+        }
+        h
+    }
+
     /// The counters in Prometheus text exposition format.
     pub fn render(&self) -> String {
         let map = lock(&self.per_type);
@@ -337,6 +373,23 @@ fn escape(v: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ack_histogram_sums_every_variant_and_type_with_an_overflow_bucket() {
+        let m = Metrics::default();
+        assert_eq!(m.ack_histogram().counts, vec![0; ACK_BUCKETS.len() + 1]);
+        m.ack("sotw", "cluster", Some(Duration::from_millis(5)));
+        m.ack("delta", "listener", Some(Duration::from_millis(4)));
+        m.ack("sotw", "listener", Some(Duration::from_secs(60)));
+        // An ACK with no measured latency counts on /metrics as an ACK, not in the histogram.
+        m.ack("sotw", "cluster", None);
+        let h = m.ack_histogram();
+        assert_eq!(h.count, 3);
+        assert_eq!(h.counts[1], 2, "5 ms and 4 ms fall in the 0.005 bucket");
+        assert_eq!(h.counts[ACK_BUCKETS.len()], 1, "60 s is past the last bound");
+        assert_eq!(h.counts.iter().sum::<u64>(), 3);
+        assert!((h.sum_seconds - 60.009).abs() < 1e-9);
+    }
 
     #[test]
     fn renders_prometheus_text() {

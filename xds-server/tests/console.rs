@@ -9,6 +9,11 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
 use xds_cache::SnapshotCache;
+use xds_proto::pb::envoy::config::core::v3::Locality;
+use xds_proto::pb::envoy::config::endpoint::v3::{ClusterStats, UpstreamLocalityStats};
+use xds_proto::pb::envoy::service::load_stats::v3::LoadStatsRequest;
+use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_client::LoadReportingServiceClient;
+use xds_proto::pb::google::protobuf::Duration as PbDuration;
 
 use util::raw_http::{Reply, request};
 use util::*;
@@ -219,4 +224,131 @@ async fn bad_input_is_a_400_with_its_reason() {
     assert!(reply.json()["error"].as_str().unwrap().contains("\"}<script>"));
     let reply = get(admin, "/ui/api/proxies?limit=%ZZ").await;
     assert_eq!(reply.status, 400, "{}", reply.body);
+}
+
+/// One LRS report from `node_id` over a real stream: the stream is kept open (a closed stream
+/// leaves the view).
+async fn report_load(
+    t: &TestServer,
+    node_id: &str,
+    cluster_name: &str,
+) -> tokio::sync::mpsc::Sender<LoadStatsRequest> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut client = LoadReportingServiceClient::new(t.channel().await);
+    let mut responses = client
+        .stream_load_stats(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(LoadStatsRequest { node: Some(node(node_id)), cluster_stats: vec![] }).await.unwrap();
+    let _first = responses.message().await.unwrap();
+    let locality = |zone: &str, issued: u64, errors: u64| UpstreamLocalityStats {
+        locality: Some(Locality { region: "r".into(), zone: zone.into(), sub_zone: String::new() }),
+        total_issued_requests: issued,
+        total_successful_requests: issued - errors,
+        total_error_requests: errors,
+        ..Default::default()
+    };
+    let stats = ClusterStats {
+        cluster_name: cluster_name.into(),
+        upstream_locality_stats: vec![locality("a", 10, 1), locality("b", 5, 0)],
+        total_dropped_requests: 2,
+        load_report_interval: Some(PbDuration { seconds: 1, nanos: 0 }),
+        ..Default::default()
+    };
+    tx.send(LoadStatsRequest { node: None, cluster_stats: vec![stats] }).await.unwrap();
+    // The response stream stays open with the request stream.
+    tokio::spawn(async move { while let Ok(Some(_)) = responses.message().await {} });
+    tx
+}
+
+#[tokio::test]
+async fn the_panels_show_reported_load_ack_latency_and_no_configuration_history() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("envoy-1", snapshot![cluster("c", "1")]);
+    let t = serve(cache.clone()).await;
+    let admin = serve_admin(t.server.admin_router()).await;
+
+    let mut ads = Sotw::ads(&t, "envoy-1").await;
+    ads.subscribe(CDS, &[], None).await;
+    let r = ads.recv().await;
+    ads.ack(&r).await;
+    let _lrs = report_load(&t, "envoy-1", SCRIPT_NODE).await;
+
+    let mut load = serde_json::Value::Null;
+    for _ in 0..100 {
+        let reply = get(admin, "/ui/api/load").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_guarded(&reply, "application/json");
+        load = reply.json();
+        if load["clusters_total"] == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(load["streams"], 1, "{load}");
+    let reported = &load["clusters"][0];
+    assert_eq!(reported["name"], SCRIPT_NODE, "the client's cluster name, as data");
+    assert_eq!(reported["issued"], 15, "{load}");
+    assert_eq!(reported["errors"], 1);
+    assert_eq!(reported["dropped"], 2);
+    assert_eq!(reported["localities_total"], 2);
+    assert_eq!(reported["localities"][0]["locality"], "r/a/");
+    assert_eq!(reported["localities"][1]["issued"], 5);
+    assert_eq!(load["next_offset"], serde_json::Value::Null);
+    assert_eq!(get(admin, "/ui/api/load?offset=1").await.json()["clusters"], serde_json::json!([]));
+
+    let mut ack = serde_json::Value::Null;
+    for _ in 0..100 {
+        ack = get(admin, "/ui/api/ack").await.json();
+        if ack["count"] == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(ack["count"], 1, "{ack}");
+    let buckets = ack["buckets"].as_array().unwrap();
+    assert_eq!(buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(), 1);
+    assert_eq!(buckets.last().unwrap()["le_seconds"], serde_json::Value::Null, "the +Inf bucket");
+
+    // This server runs no HDS and the plain admin router has no configuration hook.
+    let health = get(admin, "/ui/api/health").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json(), serde_json::json!({ "enabled": false }));
+    let config = get(admin, "/ui/api/config").await;
+    assert_eq!(config.status, 200);
+    assert_guarded(&config, "application/json");
+    assert_eq!(config.json(), serde_json::json!({ "history": null }));
+
+    // Bad input is refused, not read as the first page.
+    for path in ["/ui/api/load?offset=-1", "/ui/api/health?offset=x", "/ui/api/load?page=2"] {
+        let reply = get(admin, path).await;
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        assert!(reply.json()["error"].is_string(), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_configuration_panel_shows_what_the_application_gives() {
+    let t = serve(SnapshotCache::by_node_id()).await;
+    let router = t
+        .server
+        .admin()
+        .console_config(|| {
+            serde_json::json!({
+                "summary": {"source": "test"},
+                "history": [{"at_ms": 1, "source": "files", "outcome": "refused", "error": NACK_TEXT}],
+            })
+        })
+        .router();
+    let admin = serve_admin(router).await;
+    let config = get(admin, "/ui/api/config").await.json();
+    assert_eq!(config["summary"]["source"], "test");
+    assert_eq!(config["history"][0]["error"], NACK_TEXT, "text, as data");
+    assert_eq!(config["history_total"], 1);
+    // The page links each panel.
+    let page = get(admin, "/ui").await.body;
+    for panel in ["config", "load", "health", "ack"] {
+        assert!(page.contains(&format!("href=\"ui?panel={panel}\"")), "{panel}");
+    }
 }

@@ -360,3 +360,32 @@ async fn an_hds_stream_sending_faster_than_its_rate_is_ended() {
     assert!(status.message().contains("1 per second (burst 3)"), "{}", status.message());
     assert_eq!(hds_of(&t).rejected("rate_limited"), 1);
 }
+
+#[tokio::test]
+async fn the_console_shows_reported_endpoint_health_not_healthy_first() {
+    let t = server_with(HdsConfig::default()).await;
+    let mut a = Hds::open(&t, "a1").await;
+    a.recv().await.unwrap();
+    a.report("web", &[("10.0.0.1", HealthStatus::Healthy), ("10.0.0.2", HealthStatus::Unhealthy)])
+        .await;
+    eventually("a response", || hds_of(&t).snapshot().responses == 1).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    let router = t.server.admin_router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let reply = util::raw_http::request(admin, "GET", "/ui/api/health", "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let health = reply.json();
+    assert_eq!(health["enabled"], true);
+    assert_eq!(health["streams"], 1);
+    let clusters = health["clusters"].as_array().unwrap();
+    let web = clusters.iter().find(|c| c["name"] == "web").expect("web is listed");
+    assert_eq!(web["endpoints_total"], 2, "{health}");
+    assert_eq!(web["healthy"], 1);
+    assert_eq!(web["endpoints"][0]["address"], "10.0.0.2:80", "not healthy first");
+    assert_eq!(
+        web["endpoints"][0]["nodes"][0],
+        serde_json::json!({"node": "a1", "status": "unhealthy"})
+    );
+    assert_eq!(web["endpoints"][1]["healthy"], true);
+}

@@ -57,6 +57,9 @@ pub(crate) struct ConfigState {
     /// Files that kept changing past the settle limit: served as last parsed (or left out)
     /// while every other file's edits are applied. Empty once they settle.
     pub(crate) unsettled: Vec<String>,
+    /// The last reloads and etcd revisions, applied or refused, for the console.
+    #[serde(skip)]
+    pub(crate) history: crate::history::History,
 }
 
 /// `/status` shows an instant as the seconds since it, at the time of the request.
@@ -133,7 +136,8 @@ impl ConfigDump {
 
 /// The admin routes: the library's ([`XdsServer::admin`]: `/healthz`, `/metrics`, `/status`
 /// with its paging, CSDS) with this server's readiness, configuration metrics and build, its
-/// configuration state in `/status` (`config`), and `/config_dump`.
+/// configuration state in `/status` (`config`), its reload history on the console's
+/// Configuration panel, and `/config_dump`.
 ///
 /// `/ready` means "serving a valid configuration" (`reload::ready`), or with etcd and
 /// `--ready-when-stale unready`, also "not stale" (`etcd::stale`).
@@ -145,7 +149,8 @@ pub(crate) fn admin_router(
     state: Arc<Mutex<ConfigState>>,
     dump: ConfigDump,
 ) -> axum::Router {
-    let (ready, config_metrics, status) = (state.clone(), state.clone(), state);
+    let (ready, config_metrics, history) = (state.clone(), state.clone(), state.clone());
+    let status = state;
     let dump = Arc::new(dump);
     server
         .admin()
@@ -164,6 +169,20 @@ pub(crate) fn admin_router(
             if let Ok(state) = serde_json::to_value(&*state) {
                 body["config"] = state;
             }
+        })
+        .console_config(move || {
+            let state = history.lock().unwrap_or_else(|e| e.into_inner());
+            let mut body = state.history.to_json();
+            body["summary"] = json!({
+                "source": if state.revision.is_some() { "etcd" } else { "files" },
+                "path": state.path,
+                "reloads_applied": state.reloads_ok,
+                "reloads_refused": state.reloads_error,
+                "revision": state.revision,
+                "current_error": state.error,
+                "stale": state.stale,
+            });
+            body
         })
         .router()
         .route(

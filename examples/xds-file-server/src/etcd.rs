@@ -120,7 +120,8 @@ fn on_event(
     match event {
         SourceEvent::Applied { revision, groups, .. } => {
             // `publish` sets every group; the cache signals only the types whose content changed.
-            reload::publish(cache, config::Config { groups: groups.clone() }, names, state);
+            let source = format!("etcd revision {revision}");
+            reload::publish(cache, config::Config { groups: groups.clone() }, names, state, source);
             lock().revision = Some(revision);
         }
         SourceEvent::Rejected { revision, error } => {
@@ -128,6 +129,7 @@ fn on_event(
             let mut state = lock();
             state.error = Some(format!("etcd revision {revision}: {error}"));
             state.reloads_error += 1;
+            state.history.refused(format!("etcd revision {revision}"), error);
         }
         SourceEvent::Synced { revision } => {
             tracing::info!(revision, "etcd answers; the watch is established");

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 mod conn_caps;
 pub mod etcd;
+mod history;
 mod ports;
 mod reload;
 pub mod status_cli;
@@ -143,7 +144,7 @@ impl InitialFiles {
         names: &RwLock<Vec<String>>,
         state: &Mutex<ConfigState>,
     ) -> FollowedFiles {
-        publish(cache, self.initial, names, state);
+        publish(cache, self.initial, names, state, "files (initial load)".to_owned());
         FollowedFiles { loader: self.loader, loaded: self.loaded }
     }
 }

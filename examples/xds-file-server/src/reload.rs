@@ -15,6 +15,7 @@ use xds_cache::SnapshotCache;
 
 use crate::admin::ConfigState;
 use crate::config::{self, LoadError, Loader, Stamp};
+use crate::history::Changed;
 
 /// Serves a loaded configuration: one snapshot per group; groups gone from the file are cleared.
 ///
@@ -27,6 +28,7 @@ pub(crate) fn publish(
     config: config::Config,
     names: &RwLock<Vec<String>>,
     state: &Mutex<ConfigState>,
+    source: String,
 ) {
     let groups: Vec<String> = config.groups.keys().cloned().collect();
     let resources = count_by_type(&config);
@@ -55,6 +57,10 @@ pub(crate) fn publish(
     // from one that vanished, move to it, without reconnecting. After the snapshots, so none waits.
     let moved = if regroup { cache.regroup() } else { 0 };
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut changes = Changed::between(&state.groups, &groups, &state.resources, &resources);
+    changes.groups_updated = published;
+    changes.resources_changed = changed;
+    state.history.applied(source, changes);
     state.loads += 1;
     state.groups = groups;
     state.error = None;
@@ -287,7 +293,7 @@ impl Reloader {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "configuration loaded"
                 );
-                publish(&self.cache, config, &self.names, &self.state);
+                publish(&self.cache, config, &self.names, &self.state, "files".to_owned());
                 self.report_pinned(&pinned, changes);
                 changes.at.retain(|file, _| pinned.contains(file));
             }
@@ -303,6 +309,7 @@ impl Reloader {
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 state.error = Some(e.to_string());
                 state.reloads_error += 1;
+                state.history.refused("files".to_owned(), &e.to_string());
                 drop(state);
                 self.report_pinned(&pinned, changes);
                 changes.at.retain(|file, _| pinned.contains(file));

@@ -575,6 +575,15 @@ async fn an_invalid_config_is_refused_and_changes_nothing() {
     assert!(body.contains("rejected"), "{body}");
     let (_, metrics) = r.get("/metrics").await.unwrap();
     assert!(metrics.contains("xds_config_error 1"), "{metrics}");
+    // The console's Configuration panel lists the refused revision with its error.
+    let (_, body) = r.get("/ui/api/config").await.unwrap();
+    let history: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let refused = &history["history"][0];
+    assert_eq!(refused["outcome"], "refused", "{history}");
+    assert!(refused["source"].as_str().unwrap().starts_with("etcd revision "), "{history}");
+    assert!(error.ends_with(refused["error"].as_str().unwrap()), "{history}");
+    assert_eq!(history["history"][1]["outcome"], "applied", "{history}");
+    assert_eq!(history["summary"]["source"], "etcd", "{history}");
     s.quiet().await;
     let mut fresh = Sotw::open(r.grpc, None).await;
     assert_eq!(fresh.next().await, names(&["a"]));

@@ -357,3 +357,44 @@ async fn a_file_that_never_settles_is_reported_and_other_edits_are_applied() {
     std::fs::write(dir.join("a.yaml"), config_with(&["a", "a2"])).unwrap();
     assert_eq!(delta.next().await, (vec!["a2".to_owned()], vec![]));
 }
+
+#[tokio::test]
+async fn the_console_lists_the_reloads_with_what_changed_and_a_refused_ones_error() {
+    let dir = temp_dir("console-history");
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, config_with(&["c1"])).unwrap();
+    let server = Running::start(&path, &[]).await;
+    let history = || async {
+        let (code, body) = server.get("/ui/api/config").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    let first = history().await;
+    assert_eq!(first["history"][0]["outcome"], "applied", "{first}");
+    assert_eq!(first["history"][0]["source"], "files (initial load)");
+    assert_eq!(first["summary"]["source"], "files");
+
+    std::fs::write(&path, config_with(&["c1", "c2"])).unwrap();
+    server.until("published", |s| s["reloads_ok"] == 2).await;
+    let changed = history().await;
+    let entry = &changed["history"][0];
+    assert_eq!(entry["source"], "files", "{changed}");
+    assert_eq!(
+        entry["changes"]["resource_counts"]["cluster"],
+        serde_json::json!({"before": 1, "after": 2})
+    );
+    assert_eq!(entry["changes"]["resources_changed"], 1, "{entry}");
+
+    // The file's own text, with markup in it, comes back as data in the refused entry.
+    std::fs::write(&path, "resources: [ {<script>").unwrap();
+    server.until("rejected", |s| s["error"].is_string()).await;
+    let refused = history().await;
+    let entry = &refused["history"][0];
+    assert_eq!(entry["outcome"], "refused", "{refused}");
+    let error = entry["error"].as_str().unwrap();
+    assert!(error.contains("config.yaml"), "{error}");
+    assert_eq!(refused["summary"]["current_error"].as_str(), Some(error));
+    assert_eq!(refused["summary"]["reloads_refused"], 1);
+    assert_eq!(refused["history_total"], 3, "newest first: refused, applied, initial");
+    assert_eq!(refused["history"][2]["source"], "files (initial load)");
+}

@@ -10,6 +10,7 @@
 //! text, never parsed as HTML.
 
 mod api;
+mod overview;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +27,9 @@ use crate::server::XdsServer;
 use crate::status::now_ms;
 
 pub use api::{DEFAULT_CONSOLE_PAGE, MAX_CONSOLE_PAGE, MAX_FILTER_BYTES, MAX_LISTED_GROUPS};
+pub use overview::{
+    MAX_CONFIG_HISTORY, MAX_CONSOLE_CLUSTERS, MAX_CONSOLE_ENDPOINTS, MAX_CONSOLE_LOCALITIES,
+};
 
 use api::ProxyQuery;
 
@@ -44,15 +48,23 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 /// The longest node id the detail endpoint takes (the longest a status page shows).
 const MAX_NODE_BYTES: usize = crate::status::MAX_NACK_TEXT;
 
+/// What the application says of its configuration, for the console's configuration panel.
+pub(crate) type ConfigHook = Arc<dyn Fn() -> Value + Send + Sync>;
+
 struct Console {
     server: XdsServer,
+    config: Option<ConfigHook>,
 }
 
+type RawQuery = Result<Query<HashMap<String, String>>, QueryRejection>;
+
 /// The console's routes: `/ui` (the page), `/ui/console.js`, `/ui/console.css`,
-/// `/ui/api/proxies` (the table) and `/ui/api/proxy?node=ID` (one node's streams).
-pub(crate) fn routes(server: XdsServer) -> Router {
-    let console = Arc::new(Console { server });
-    let detail = console.clone();
+/// `/ui/api/proxies` (the table), `/ui/api/proxy?node=ID` (one node's streams), and the panels
+/// `/ui/api/config`, `/ui/api/load?offset=N`, `/ui/api/health?offset=N` and `/ui/api/ack`.
+pub(crate) fn routes(server: XdsServer, config: Option<ConfigHook>) -> Router {
+    let console = Arc::new(Console { server, config });
+    let (detail, panels) = (console.clone(), console.clone());
+    let (load, health, ack) = (console.clone(), console.clone(), console.clone());
     Router::new()
         .route(CONSOLE_PATH, get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
         .route(
@@ -72,6 +84,67 @@ pub(crate) fn routes(server: XdsServer) -> Router {
                 std::future::ready(detail.proxy(query))
             }),
         )
+        .route(
+            "/ui/api/config",
+            get(move || {
+                let given = panels.config.as_ref().map(|hook| hook());
+                std::future::ready(json_response(StatusCode::OK, overview::config_json(given)))
+            }),
+        )
+        .route(
+            "/ui/api/load",
+            get(move |query: RawQuery| {
+                std::future::ready(paged(query, |offset| {
+                    overview::load_json(&load.server.load_reporting().snapshot(), offset)
+                }))
+            }),
+        )
+        .route(
+            "/ui/api/health",
+            get(move |query: RawQuery| {
+                std::future::ready(paged(query, |offset| {
+                    let snapshot = health.server.health_discovery().map(|h| h.snapshot());
+                    overview::health_json(snapshot.as_ref(), offset)
+                }))
+            }),
+        )
+        .route(
+            "/ui/api/ack",
+            get(move || {
+                let histogram = ack.server.metrics().ack_histogram();
+                std::future::ready(json_response(StatusCode::OK, overview::ack_json(&histogram)))
+            }),
+        )
+}
+
+/// The `offset` of a panel's page (`0` without one), or the body of the `400` of a bad query:
+/// a malformed query string, an unknown parameter, or an offset that is not a non-negative
+/// integer.
+fn offset_of(query: RawQuery) -> Result<usize, Value> {
+    let Query(query) = query.map_err(|rejection| {
+        json!({ "error": format!("the query string is malformed: {}", rejection.body_text()) })
+    })?;
+    if let Some(unknown) = query.keys().filter(|k| k.as_str() != "offset").min() {
+        let error = format!("unknown parameter \"{}\" (known: offset)", xds_core::echo(unknown));
+        let parameter = crate::status::bounded_owned(unknown);
+        return Err(json!({ "error": error, "parameter": parameter }));
+    }
+    match query.get("offset") {
+        None => Ok(0),
+        Some(text) => text.parse().map_err(|_| {
+            let error =
+                format!("offset must be a non-negative integer, not \"{}\"", xds_core::echo(text));
+            json!({ "error": error, "parameter": "offset" })
+        }),
+    }
+}
+
+/// A panel's page for the query's offset, or the `400` of a bad query.
+fn paged(query: RawQuery, page: impl FnOnce(usize) -> Value) -> Response {
+    match offset_of(query) {
+        Ok(offset) => json_response(StatusCode::OK, page(offset)),
+        Err(bad) => json_response(StatusCode::BAD_REQUEST, bad),
+    }
 }
 
 impl Console {

@@ -27,6 +27,7 @@ use xds_proto::prost::Name;
 
 pub use crate::reporter::OverBudget;
 pub use store::HdsConfig;
+pub(crate) use store::status_label;
 pub use view::{EndpointHealthView, HealthSnapshot, HealthWatch};
 
 use crate::reporter::{self, Hooks, Reason, ReportLimits, Reporting, escape_label};

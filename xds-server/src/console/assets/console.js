@@ -382,8 +382,191 @@
     pollNode(node);
   }
 
+  // ---- the panels: configuration, load, health, ACK latency ------------------------------------
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function svg(tag, attributes, text) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [key, value] of Object.entries(attributes || {})) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  // A horizontal bar chart: one bar per item ({label, value, bad}), labels and values as text.
+  function barChart(items, title) {
+    const rowHeight = 20;
+    const labelWidth = 220;
+    const barWidth = 360;
+    const width = labelWidth + barWidth + 90;
+    const chart = svg("svg", { class: "chart", width: width, height: items.length * rowHeight + 8, role: "img" });
+    chart.append(svg("title", {}, title));
+    const max = Math.max(1, ...items.map((i) => i.value));
+    items.forEach((item, i) => {
+      const y = 4 + i * rowHeight;
+      const label = String(item.label);
+      chart.append(svg("text", { x: 4, y: y + 14 }, label.length > 32 ? label.slice(0, 31) + "\u2026" : label));
+      const w = Math.round((item.value / max) * barWidth);
+      chart.append(svg("rect", { x: labelWidth, y: y + 3, width: Math.max(w, item.value > 0 ? 1 : 0), height: rowHeight - 6, class: item.bad ? "bar bad" : "bar" }));
+      chart.append(svg("text", { x: labelWidth + w + 6, y: y + 14 }, item.value));
+    });
+    return chart;
+  }
+
+  function summaryList(summary) {
+    const dl = el("dl", null, "summary");
+    for (const [key, value] of Object.entries(summary || {})) {
+      if (value === null || value === undefined) continue;
+      dl.append(el("dt", key.replace(/_/g, " ")));
+      dl.append(el("dd", typeof value === "object" ? JSON.stringify(value) : value));
+    }
+    return dl;
+  }
+
+  function changesText(changes) {
+    if (!changes) return "";
+    const parts = [];
+    const named = (what, g) => {
+      if (!g || !g.total) return;
+      const more = g.total > g.names.length ? " and " + (g.total - g.names.length) + " more" : "";
+      parts.push(what + " " + g.names.join(", ") + more);
+    };
+    named("groups added:", changes.groups_added);
+    named("groups removed:", changes.groups_removed);
+    if (changes.groups_updated !== undefined) parts.push(changes.groups_updated + " group(s) updated");
+    if (changes.resources_changed !== undefined) parts.push(changes.resources_changed + " resource(s) added, changed or removed");
+    for (const [type, c] of Object.entries(changes.resource_counts || {})) parts.push(type + " " + c.before + " \u2192 " + c.after);
+    return parts.join("; ");
+  }
+
+  function renderConfig(data, box) {
+    if (data.history === null || data.history === undefined) {
+      box.append(el("p", "No configuration history from this server."));
+      if (data.summary) box.append(summaryList(data.summary));
+      return;
+    }
+    if (data.summary) box.append(summaryList(data.summary));
+    const total = data.history_total !== undefined ? data.history_total : data.history.length;
+    box.append(el("h3", "Last reloads (" + data.history.length + " of " + total + ", newest first)"));
+    const rows = data.history.map((entry) => {
+      const outcome = el("span", entry.outcome === undefined ? "" : String(entry.outcome).toUpperCase(), "cell " + (entry.outcome === "refused" ? "refused" : "applied"));
+      const what = entry.error !== undefined && entry.error !== null ? el("div", entry.error, "error-text") : el("span", typeof entry.changes === "string" ? entry.changes : changesText(entry.changes));
+      return [typeof entry.at_ms === "number" ? iso(entry.at_ms) : "", entry.source === undefined ? "" : entry.source, outcome, what];
+    });
+    box.append(rows.length ? table(["time", "source", "outcome", "what changed / why refused"], rows) : el("p", "No reload yet."));
+  }
+
+  function renderLoad(data, box) {
+    box.append(el("p", data.streams + " LRS stream(s), " + data.reports + " report(s) since start; counts over the last " + data.window_seconds + " s; " + data.clusters_total + " cluster(s)."));
+    if (!data.clusters.length) {
+      box.append(el("p", "No load reported."));
+      return;
+    }
+    box.append(barChart(data.clusters.map((c) => ({ label: c.name, value: c.issued })), "requests issued per cluster"));
+    const rows = [];
+    for (const c of data.clusters) {
+      rows.push([el("strong", c.name), "(all)", c.issued, c.succeeded, c.errors, c.in_progress, c.dropped]);
+      for (const l of c.localities) rows.push(["", l.locality, l.issued, l.succeeded, l.errors, l.in_progress, ""]);
+      if (c.localities_total > c.localities.length) rows.push(["", (c.localities_total - c.localities.length) + " more localities not shown", "", "", "", "", ""]);
+    }
+    box.append(table(["cluster", "locality", "issued", "succeeded", "errors", "in progress", "dropped"], rows));
+  }
+
+  function renderHealth(data, box) {
+    if (!data.enabled) {
+      box.append(el("p", "This server runs no health discovery (HDS)."));
+      return;
+    }
+    box.append(el("p", data.streams + " HDS stream(s), " + data.responses + " health report(s) since start; " + data.clusters_total + " cluster(s)."));
+    if (!data.clusters.length) {
+      box.append(el("p", "No endpoint health reported."));
+      return;
+    }
+    box.append(barChart(data.clusters.map((c) => ({ label: c.name, value: c.endpoints_total - c.healthy, bad: true })), "endpoints not healthy per cluster"));
+    for (const c of data.clusters) {
+      const div = el("div", null, "cluster");
+      div.append(el("h3", c.name));
+      div.append(el("p", c.healthy + " of " + c.endpoints_total + " endpoint(s) healthy"));
+      const rows = c.endpoints.map((e) => {
+        const nodes = e.nodes.map((n) => n.node + ": " + n.status).join(", ") + (e.nodes_total > e.nodes.length ? ", \u2026" : "");
+        return [e.address, el("span", e.healthy ? "HEALTHY" : "NOT HEALTHY", "cell " + (e.healthy ? "synced" : "nacked")), nodes];
+      });
+      div.append(table(["endpoint", "health", "as each node reports it"], rows));
+      if (c.endpoints_total > c.endpoints.length) div.append(el("p", (c.endpoints_total - c.endpoints.length) + " more endpoint(s) not shown"));
+      box.append(div);
+    }
+  }
+
+  function bucketLabel(le) {
+    if (le === null) return "> 10 s";
+    return le < 1 ? "\u2264 " + Math.round(le * 1000) + " ms" : "\u2264 " + le + " s";
+  }
+
+  function renderAck(data, box) {
+    const mean = data.mean_seconds === null ? "" : "; mean " + (data.mean_seconds * 1000).toFixed(1) + " ms";
+    box.append(el("p", data.count + " ACK(s) measured since start, time from a response to its ACK" + mean + "."));
+    const last = data.buckets.length - 1;
+    if (last >= 0 && data.buckets[last].le_seconds === null) data.buckets[last].label = "> " + data.buckets[last - 1].le_seconds + " s";
+    box.append(barChart(data.buckets.map((b) => ({ label: b.label || bucketLabel(b.le_seconds), value: b.count })), "ACK latency histogram"));
+  }
+
+  const PANELS = {
+    config: { title: "Configuration", path: "ui/api/config", render: renderConfig },
+    load: { title: "Load reported over LRS", path: "ui/api/load", render: renderLoad, paged: true },
+    health: { title: "Endpoint health reported over HDS", path: "ui/api/health", render: renderHealth, paged: true },
+    ack: { title: "ACK latency", path: "ui/api/ack", render: renderAck },
+  };
+
+  let panelOffset = 0;
+
+  async function pollPanel(panel) {
+    clearTimeout(timer);
+    try {
+      const data = await getJson(panel.path + (panel.paged && panelOffset ? "?offset=" + panelOffset : ""));
+      showError($("p-error"), "");
+      if (data.limit) panel.limit = data.limit;
+      const box = document.createDocumentFragment();
+      panel.render(data, box);
+      $("p-body").replaceChildren(box);
+      const pager = $("p-pager");
+      pager.hidden = !panel.paged || (!panelOffset && (data.next_offset === null || data.next_offset === undefined));
+      if (panel.paged) {
+        $("p-prev").disabled = panelOffset === 0;
+        $("p-next").disabled = data.next_offset === null || data.next_offset === undefined;
+        $("p-next").dataset.offset = data.next_offset === null || data.next_offset === undefined ? "" : data.next_offset;
+        $("p-page").textContent = "clusters from " + (panelOffset + 1) + " of " + data.clusters_total;
+      }
+    } catch (e) {
+      showError($("p-error"), "cannot read the panel: " + e.message);
+    }
+    schedule(() => pollPanel(panel));
+  }
+
+  function startPanel(name) {
+    const panel = PANELS[name];
+    $("list-view").hidden = true;
+    $("panel-view").hidden = false;
+    $("p-title").textContent = panel.title;
+    document.title = "xDS console: " + panel.title;
+    $("p-prev").addEventListener("click", () => {
+      panelOffset = Math.max(0, panelOffset - (panel.limit || 20));
+      pollPanel(panel);
+    });
+    $("p-next").addEventListener("click", () => {
+      const next = parseInt($("p-next").dataset.offset, 10);
+      if (next > 0) panelOffset = next;
+      pollPanel(panel);
+    });
+    pollPanel(panel);
+  }
+
   function start() {
-    if (params.has("node")) startNode(params.get("node").slice(0, 4096));
+    const panel = params.get("panel");
+    for (const tab of document.querySelectorAll("#tabs a")) {
+      if (tab.dataset.panel === (panel && Object.prototype.hasOwnProperty.call(PANELS, panel) ? panel : "")) tab.classList.add("active");
+    }
+    if (panel && Object.prototype.hasOwnProperty.call(PANELS, panel)) startPanel(panel);
+    else if (params.has("node")) startNode(params.get("node").slice(0, 4096));
     else startList();
   }
 
