@@ -6,29 +6,15 @@
 mod util;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
-use tokio::net::TcpListener;
 use xds_cache::SnapshotCache;
 use xds_server::admin::OTHER_GROUP_LABEL;
 
-use util::raw_http::{Reply, request};
+use util::raw_http::{get, request, serve_router};
 use util::*;
-
-/// Serves `router` on a loopback port.
-async fn serve_admin(router: axum::Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Reply {
-    request(addr, "GET", path, "").await
-}
 
 /// A cache with one group per node id, each serving cluster `c`.
 fn cache(nodes: &[&str]) -> SnapshotCache {
@@ -64,7 +50,7 @@ fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
 async fn every_route_answers() {
     let t = serve(cache(&["n1"])).await;
     let (_client, _) = subscribed(&t, "n1").await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
 
     let healthz = get(admin, "/healthz").await;
     assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok\n"));
@@ -103,7 +89,7 @@ async fn status_pages_clamp_and_say_where_the_next_starts() {
     for id in ["n0", "n1", "n2"] {
         clients.push(subscribed(&t, id).await);
     }
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     let page = |path: &'static str| async move {
         let reply = get(admin, path).await;
         assert_eq!(reply.status, 200, "{path}: {}", reply.body);
@@ -133,7 +119,7 @@ async fn status_pages_clamp_and_say_where_the_next_starts() {
 #[tokio::test]
 async fn a_bad_status_parameter_is_refused_by_name() {
     let t = serve(cache(&[])).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     for (query, parameter) in [
         ("limit=ten", "limit"),
         ("offset=-1", "offset"),
@@ -171,7 +157,7 @@ async fn ready_and_the_other_hooks_are_the_applications() {
         .metrics(|text| text.push_str("# TYPE app_up gauge\napp_up 1\n"))
         .status(|body| body["app"] = "test".into())
         .router();
-    let admin = serve_admin(router).await;
+    let admin = serve_router(router).await;
 
     let reply = get(admin, "/ready").await;
     assert_eq!((reply.status, reply.body.as_str()), (503, "no configuration loaded\n"));
@@ -206,7 +192,7 @@ async fn group_labels_are_bounded_with_the_rest_under_other() {
     }
     eventually("five NACKs counted", || t.metric("xds_nacks_total", "sotw", "cluster") == 5.0)
         .await;
-    let admin = serve_admin(t.server.admin().max_group_labels(2).router()).await;
+    let admin = serve_router(t.server.admin().max_group_labels(2).router()).await;
     let metrics = get(admin, "/metrics").await.body;
 
     let streams = samples(&metrics, "xds_group_streams");
@@ -227,7 +213,7 @@ async fn group_labels_are_bounded_with_the_rest_under_other() {
         "{metrics}"
     );
     // The default bound shows all five.
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     let metrics = get(admin, "/metrics").await.body;
     let groups: BTreeSet<&str> =
         samples(&metrics, "xds_group_streams").into_iter().map(|(l, _)| l).collect();
@@ -249,7 +235,7 @@ async fn many_groups_get_a_bounded_number_of_labels() {
     }
     eventually("every NACK counted", || t.metric("xds_nacks_total", "sotw", "cluster") == 40.0)
         .await;
-    let admin = serve_admin(t.server.admin().max_group_labels(10).router()).await;
+    let admin = serve_router(t.server.admin().max_group_labels(10).router()).await;
     let metrics = get(admin, "/metrics").await.body;
     for name in ["xds_group_streams", "xds_group_nacks_total"] {
         let series = samples(&metrics, name);
@@ -281,7 +267,7 @@ async fn group_names_are_escaped_and_cut() {
     client.nack(&response, "", "no").await;
     let _long = subscribed(&t, "long").await;
     eventually("the NACK counted", || t.metric("xds_nacks_total", "sotw", "cluster") == 1.0).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     let metrics = get(admin, "/metrics").await.body;
     let escaped = "we\\\"ird\\\\group\\nname";
     assert!(metrics.contains(&format!("xds_group_streams{{group=\"{escaped}\"}} 1")), "{metrics}");

@@ -5,9 +5,6 @@
 
 mod util;
 
-use std::net::SocketAddr;
-
-use tokio::net::TcpListener;
 use xds_cache::SnapshotCache;
 use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::{ClusterStats, UpstreamLocalityStats};
@@ -15,19 +12,8 @@ use xds_proto::pb::envoy::service::load_stats::v3::LoadStatsRequest;
 use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_client::LoadReportingServiceClient;
 use xds_proto::pb::google::protobuf::Duration as PbDuration;
 
-use util::raw_http::{Reply, request};
+use util::raw_http::{Reply, get, serve_router};
 use util::*;
-
-async fn serve_admin(router: axum::Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Reply {
-    request(addr, "GET", path, "").await
-}
 
 const SCRIPT_NODE: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>";
 const NACK_TEXT: &str = "cluster c: \"</td><script>alert(3)</script>\" is not valid";
@@ -47,7 +33,7 @@ fn assert_guarded(reply: &Reply, content_type: &str) {
 #[tokio::test]
 async fn the_page_and_its_assets_are_served_with_strict_headers() {
     let t = serve(SnapshotCache::by_node_id()).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     let page = get(admin, "/ui").await;
     assert_eq!(page.status, 200);
     assert_guarded(&page, "text/html; charset=utf-8");
@@ -79,7 +65,7 @@ async fn each_cell_shows_where_the_client_is() {
         cache.set_snapshot(id, snapshot![cluster("c", "1")]);
     }
     let t = serve(cache.clone()).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
 
     let mut synced = Sotw::ads(&t, "synced").await;
     synced.subscribe(CDS, &[], None).await;
@@ -198,7 +184,7 @@ async fn each_cell_shows_where_the_client_is() {
 #[tokio::test]
 async fn bad_input_is_a_400_with_its_reason() {
     let t = serve(SnapshotCache::by_node_id()).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
     let long = "g".repeat(300);
     for (path, parameter) in [
         ("/ui/api/proxies?limit=-1".to_owned(), "limit"),
@@ -267,7 +253,7 @@ async fn the_panels_show_reported_load_ack_latency_and_no_configuration_history(
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("envoy-1", snapshot![cluster("c", "1")]);
     let t = serve(cache.clone()).await;
-    let admin = serve_admin(t.server.admin_router()).await;
+    let admin = serve_router(t.server.admin_router()).await;
 
     let mut ads = Sotw::ads(&t, "envoy-1").await;
     ads.subscribe(CDS, &[], None).await;
@@ -341,7 +327,7 @@ async fn the_configuration_panel_shows_what_the_application_gives() {
             })
         })
         .router();
-    let admin = serve_admin(router).await;
+    let admin = serve_router(router).await;
     let config = get(admin, "/ui/api/config").await.json();
     assert_eq!(config["summary"]["source"], "test");
     assert_eq!(config["history"][0]["error"], NACK_TEXT, "text, as data");

@@ -62,7 +62,7 @@ pub struct Options {
     pub sampling: Option<Sampling>,
     /// Leave the per-update table out of the report (failed updates are still listed).
     pub brief: bool,
-    /// Instead of the updates: one burst of changes (see [`burst`](super::burst)).
+    /// Instead of the updates: one burst of changes (see [`burst`]).
     pub burst: Option<Burst>,
 }
 

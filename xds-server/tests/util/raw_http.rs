@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 
 /// A reply: its status, its head lowercased (for header checks) and its body.
 pub struct Reply {
@@ -37,4 +37,17 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> 
     let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status code");
     Reply { status, head: head.to_ascii_lowercase(), body: body.to_owned() }
+}
+
+/// Serves `router` (an admin or REST router) on a loopback port.
+pub async fn serve_router(router: axum::Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+    let addr = listener.local_addr().expect("a local address");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+/// One `GET` of `path`.
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    request(addr, "GET", path, "").await
 }
