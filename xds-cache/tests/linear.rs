@@ -143,11 +143,15 @@ fn s11_sotw_cds_gets_full_state_eds_only_the_change() {
     assert_eq!(sotw_names(&r), names(&["c3"]), "partial: only the changed assignment");
     assert_eq!(r.version_info, endpoints.version());
 
-    // A deletion: CDS omits it, EDS says nothing (its absence means nothing).
+    // A deletion: CDS omits it; an EDS response cannot remove (its absence means nothing), so
+    // the subscribed name is told NOT_FOUND instead (rule C4), with no resource.
     clusters.delete("c0");
     endpoints.delete("c0");
     assert_eq!(cds.expect().resources.len(), 9);
-    assert!(eds.poll().is_none());
+    let r = eds.expect();
+    assert!(r.resources.is_empty());
+    let told: Vec<_> = r.resource_errors.iter().map(|e| (e.name.as_str(), e.error.code)).collect();
+    assert_eq!(told, [("c0", xds_core::code::NOT_FOUND)]);
 }
 
 #[test]
