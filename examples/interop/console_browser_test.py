@@ -15,8 +15,8 @@ Steps:
                page reload
   3. filter    the state filter narrows the rows to the NACKing client; the node search to one
   4. recover   the config is fixed: the cell is SYNCED again, at most 2 s after the API has it
-  5. detail    the gRPC client's detail view shows its streams, its cluster SYNCED and what its
-               group serves
+  5. detail    the gRPC client's detail view shows its streams, its cluster SYNCED, what its
+               group serves, and its events: the NACK of step 2 and the ACK after the fix
   6. cli       ``xds-file-server status`` prints the table, ``--node`` one node, ``-o json``
   7. panels    a refused file with markup in it: the Configuration panel lists the refusal with
                the server's error text as text (nothing injected); the ACK latency panel draws
@@ -355,7 +355,17 @@ class ConsoleTest(interop.Test):
         same = self.js("return document.querySelectorAll('#d-served span.synced').length;")
         if not same:
             raise interop.StepFailed("the detail shows no resource held at the served version")
-        return f"states {states}, served types {served}, {same} resources held as served"
+        # Its history: the NACK of step 2 with the client's text, then the ACK of the fix.
+        events = self.wait_page("the stream's events", lambda: self.js("""
+            const h = Array.from(document.querySelectorAll('#d-streams h4')).find(h => h.textContent === 'Events');
+            return h ? Array.from(h.nextElementSibling.querySelectorAll('tbody tr')).map(r => r.textContent) : null;"""))
+        nacked = [i for i, e in enumerate(events) if "NACKed" in e and "cluster" in e]
+        acked = [i for i, e in enumerate(events) if "ACKed" in e and "NACKed" not in e and "cluster" in e]
+        # (An ACK is shown with the response it answers: "sent version V (...), ACKed after N ms".)
+        if not nacked or not acked or acked[-1] < nacked[-1]:
+            raise interop.StepFailed(f"events: no cluster NACK followed by an ACK: {events}")
+        return (f"states {states}, served types {served}, {same} resources held as served, "
+                f"{len(events)} events with the NACK and the ACK after it")
 
     def step_cli(self):
         admin = f"http://127.0.0.1:{self.admin_port}"

@@ -22,8 +22,7 @@ pub use crate::metrics::{
     MAX_GROUP_LABEL_BYTES, MAX_GROUP_LABELS, NO_GROUP_LABEL, OTHER_GROUP_LABEL,
 };
 
-/// The most streams one `/status` page shows (`?limit=` may ask for fewer).
-pub const MAX_STATUS_PAGE: usize = 100;
+pub use crate::status::MAX_STATUS_PAGE;
 
 /// The most clusters of reported load one `/status` page shows (`?load_limit=` may ask for
 /// fewer): the load of every LRS stream can hold hundreds of thousands of entries, rendered a

@@ -190,6 +190,11 @@ pub struct ServerConfig {
     /// the stream's status and the `xds_streams_unserved` gauge. Keep it above the time the
     /// configuration takes to arrive after a restart (`Duration::ZERO` refuses at once).
     pub unserved_timeout: Option<Duration>,
+    /// How many of its latest events each stream keeps for its status page and the operator
+    /// console's detail view (default 16; 0 keeps none): subscriptions, responses sent (and
+    /// whether ACKed), NACKs with their text, regroups. Each costs ~100 bytes per stream once the ring fills,
+    /// so 16 add ~1.6 KiB to a client's ~55 KiB.
+    pub stream_events: usize,
 }
 
 /// Chainable setters, one per field: the struct is `#[non_exhaustive]` (a new knob is not a
@@ -271,6 +276,13 @@ impl ServerConfig {
         self.unserved_timeout = value.into();
         self
     }
+
+    /// Sets `stream_events` (see the field).
+    #[must_use]
+    pub fn stream_events(mut self, value: usize) -> Self {
+        self.stream_events = value;
+        self
+    }
 }
 
 impl Default for ServerConfig {
@@ -287,6 +299,7 @@ impl Default for ServerConfig {
             resource_errors: true,
             join_max_wait: Duration::from_secs(10),
             unserved_timeout: None,
+            stream_events: 16,
         }
     }
 }
@@ -309,6 +322,7 @@ mod tests {
             .join_timeout(Duration::from_secs(4))
             .resource_errors(false)
             .join_max_wait(Duration::from_secs(6))
+            .stream_events(3)
             .build();
         let config = server.config();
         assert!(config.allow_anonymous && !config.resource_errors);
@@ -321,5 +335,6 @@ mod tests {
         assert_eq!(config.shutdown_grace, Duration::from_secs(2));
         assert_eq!((config.join_permits, config.join_timeout), (3, Duration::from_secs(4)));
         assert_eq!(config.join_max_wait, Duration::from_secs(6));
+        assert_eq!(config.stream_events, 3);
     }
 }

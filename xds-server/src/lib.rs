@@ -134,7 +134,8 @@ pub use metrics::Metrics;
 pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use services::files::{FileFormat, FileWriter};
 pub use status::{
-    MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamStatus, TypeStatus,
+    MAX_EVENT_TEXT, MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamEvent,
+    StreamEventKind, StreamStatus, TypeStatus,
 };
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).

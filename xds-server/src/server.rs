@@ -301,6 +301,13 @@ impl XdsServerBuilder {
         self
     }
 
+    /// Sets `ServerConfig::stream_events` (see [`ServerConfig`]).
+    #[must_use]
+    pub fn stream_events(mut self, value: usize) -> Self {
+        self.config.stream_events = value;
+        self
+    }
+
     /// Sets the callbacks.
     #[must_use]
     pub fn callbacks(mut self, callbacks: impl Callbacks) -> Self {

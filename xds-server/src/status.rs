@@ -1,7 +1,7 @@
 //! Per-node status: for every connected stream and type, what was subscribed, sent, ACKed and
 //! NACKed. Queryable from Rust, as JSON, and through CSDS.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -133,9 +133,160 @@ pub struct StreamStatus {
     /// The types served nothing (their labels), while `unserved_since_ms` is set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unserved_types: Vec<String>,
+    /// The stream's latest events, oldest first (at most `ServerConfig::stream_events`).
+    /// Filled in when one stream's status is read ([`StatusRegistry::streams`],
+    /// [`StatusRegistry::node`], a status page); empty in the summaries of many streams.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<StreamEvent>,
     /// The node, shared with the stream's callbacks.
     #[serde(skip)]
     pub(crate) node: Option<Arc<Node>>,
+}
+
+/// Something that happened on a stream, as its history shows it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamEvent {
+    /// When (milliseconds since the Unix epoch).
+    pub at_ms: u64,
+    /// The label of the type it concerns (`cluster`, a configured custom type's label,
+    /// `unknown` for any other), if it concerns one.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_label: Option<&'static str>,
+    /// What happened.
+    #[serde(flatten)]
+    pub what: StreamEventKind,
+}
+
+/// What happened on a stream. Every text in it is the client's or the cache's, cut to
+/// [`MAX_EVENT_TEXT`] bytes.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StreamEventKind {
+    /// The client changed its subscription.
+    Subscribed {
+        /// How many names it added (`*` counts for a wildcard).
+        added: usize,
+        /// How many it removed.
+        removed: usize,
+        /// The first few names added.
+        names: Vec<Box<str>>,
+    },
+    /// A response went out (TTL heartbeats are not listed), and whether the client ACKed it:
+    /// the ACK is the response's answer, kept with it rather than as an event of its own, so
+    /// that a stream's history holds twice as many changes.
+    Sent {
+        /// Its version.
+        version: Box<str>,
+        /// How many resource entries it carried.
+        resources: usize,
+        /// Whether the client ACKed it.
+        acked: bool,
+        /// Milliseconds from the response to its ACK.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        latency_ms: Option<u64>,
+    },
+    /// The client rejected a response.
+    Nacked {
+        /// The rejected version.
+        rejected_version: Box<str>,
+        /// The client's reason.
+        error: Box<str>,
+    },
+    /// A request named an older response's nonce (it answered a response overtaken by a newer
+    /// one).
+    Stale,
+    /// The cache moved the node to another group.
+    Regrouped {
+        /// The group before (`None`: none).
+        from: Option<Box<str>>,
+        /// The group now.
+        to: Option<Box<str>>,
+    },
+    /// The cache serves the node nothing of a type it asked for (its group has no
+    /// configuration), or serves it everything again.
+    Unserved {
+        /// Whether it is unserved from now on (`false`: served again).
+        unserved: bool,
+    },
+}
+
+/// The most bytes of a client's or cache's text an event keeps (a NACK's whole text stays in
+/// the type's status, up to [`MAX_NACK_TEXT`]).
+pub const MAX_EVENT_TEXT: usize = 256;
+
+/// The most names a [`StreamEventKind::Subscribed`] event lists.
+const MAX_EVENT_NAMES: usize = 3;
+
+/// A text cut to [`MAX_EVENT_TEXT`] bytes at a character boundary.
+pub(crate) fn event_text(s: &str) -> Box<str> {
+    let mut end = s.len().min(MAX_EVENT_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].into()
+}
+
+impl StreamEventKind {
+    /// A change of subscription, listing at most [`MAX_EVENT_NAMES`] of the added names.
+    pub(crate) fn subscribed(added: &[String], removed: usize) -> Self {
+        let names = added.iter().take(MAX_EVENT_NAMES).map(|n| event_text(n)).collect();
+        StreamEventKind::Subscribed { added: added.len(), removed, names }
+    }
+}
+
+/// A stream's latest events, a ring of at most `capacity` (`ServerConfig::stream_events`).
+/// It allocates on the first event, not when the stream opens.
+#[derive(Debug)]
+pub(crate) struct EventLog {
+    events: VecDeque<StreamEvent>,
+    capacity: usize,
+}
+
+impl EventLog {
+    pub(crate) fn new(capacity: usize) -> Self {
+        EventLog { events: VecDeque::new(), capacity }
+    }
+
+    /// Adds `what` at `at_ms`, dropping the oldest event when full.
+    pub(crate) fn push(
+        &mut self,
+        at_ms: u64,
+        type_label: Option<&'static str>,
+        what: StreamEventKind,
+    ) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.events.len() >= self.capacity {
+            self.events.pop_front();
+        }
+        self.events.push_back(StreamEvent { at_ms, type_label, what });
+    }
+
+    /// Marks the type's latest response ACKed, if it is the type's latest response or answer
+    /// and not ACKed yet. (A request that ACKs may change the subscription too: its
+    /// `Subscribed` comes first. The ACK of a TTL heartbeat finds its response ACKed already.)
+    pub(crate) fn acked(&mut self, type_label: &'static str, latency: Option<u64>) {
+        let latest = self.events.iter_mut().rev().find(|e| {
+            e.type_label == Some(type_label)
+                && !matches!(e.what, StreamEventKind::Subscribed { .. } | StreamEventKind::Stale)
+        });
+        if let Some(StreamEvent {
+            what: StreamEventKind::Sent { acked: acked @ false, latency_ms, .. },
+            ..
+        }) = latest
+        {
+            *acked = true;
+            *latency_ms = latency;
+        }
+    }
+
+    /// The events, oldest first.
+    pub(crate) fn to_vec(&self) -> Vec<StreamEvent> {
+        self.events.iter().cloned().collect()
+    }
 }
 
 /// What a stream can tell about itself when asked: the details too costly to copy after every
@@ -193,6 +344,7 @@ impl StatusRegistry {
             group: None,
             unserved_since_ms: None,
             unserved_types: Vec::new(),
+            events: Vec::new(),
             node: None,
         }));
         lock(&self.streams).insert(stream, Entry { status: status.clone(), detail: None });
@@ -327,6 +479,10 @@ impl StatusRegistry {
     }
 }
 
+/// The most streams one `/status` page shows (`?limit=` may ask for fewer), and the console's
+/// detail view of one node.
+pub const MAX_STATUS_PAGE: usize = 100;
+
 /// The most bytes of streams one [`StatusRegistry::page_json`] page holds (past the first
 /// stream).
 pub(crate) const MAX_PAGE_BYTES: usize = 1 << 20;
@@ -389,5 +545,81 @@ impl StreamStatus {
     /// The node of the stream's first request.
     pub fn node(&self) -> Option<&Node> {
         self.node.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(v: &str) -> StreamEventKind {
+        StreamEventKind::Sent { version: v.into(), resources: 1, acked: false, latency_ms: None }
+    }
+
+    fn latest(log: &EventLog) -> StreamEventKind {
+        log.to_vec().pop().unwrap().what
+    }
+
+    #[test]
+    fn the_event_log_keeps_the_latest_events_only() {
+        let mut log = EventLog::new(3);
+        for i in 0..5 {
+            log.push(i, Some("cluster"), sent(&i.to_string()));
+        }
+        let kept: Vec<u64> = log.to_vec().iter().map(|e| e.at_ms).collect();
+        assert_eq!(kept, [2, 3, 4]);
+        let mut off = EventLog::new(0);
+        off.push(1, None, StreamEventKind::Stale);
+        assert!(off.to_vec().is_empty());
+    }
+
+    #[test]
+    fn an_ack_marks_the_response_it_answers() {
+        let mut log = EventLog::new(16);
+        log.acked("cluster", Some(5));
+        assert!(log.to_vec().is_empty(), "nothing sent: nothing to mark");
+        log.push(1, Some("cluster"), sent("1"));
+        log.acked("listener", Some(5));
+        assert_eq!(latest(&log), sent("1"), "per type");
+        // The request that ACKs also changes the subscription: still the response's answer.
+        log.push(2, Some("cluster"), StreamEventKind::subscribed(&["a".into()], 0));
+        log.acked("cluster", Some(7));
+        let marked = StreamEventKind::Sent {
+            version: "1".into(),
+            resources: 1,
+            acked: true,
+            latency_ms: Some(7),
+        };
+        assert_eq!(log.to_vec()[0].what, marked);
+        // A TTL heartbeat's ACK (the heartbeat is not listed) leaves it as it was.
+        log.acked("cluster", Some(9));
+        assert_eq!(log.to_vec()[0].what, marked);
+        // A NACKed response is not ACKed later by the next response's ACK.
+        log.push(3, Some("cluster"), sent("2"));
+        let nack = StreamEventKind::Nacked { rejected_version: "2".into(), error: "no".into() };
+        log.push(4, Some("cluster"), nack.clone());
+        log.acked("cluster", None);
+        assert_eq!(latest(&log), nack);
+        assert_eq!(log.to_vec()[2].what, sent("2"));
+    }
+
+    #[test]
+    fn event_texts_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_EVENT_TEXT);
+        let cut = event_text(&long);
+        assert!(cut.len() <= MAX_EVENT_TEXT && long.starts_with(&*cut), "{}", cut.len());
+        let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+        let StreamEventKind::Subscribed { added, removed, names } =
+            StreamEventKind::subscribed(&names, 2)
+        else {
+            unreachable!()
+        };
+        assert_eq!((added, removed, names.len()), (10, 2, MAX_EVENT_NAMES));
+        let event = StreamEvent { at_ms: 5, type_label: Some("cluster"), what: sent("7") };
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            serde_json::json!({"at_ms": 5, "type": "cluster", "event": "sent", "version": "7",
+                "resources": 1, "acked": false})
+        );
     }
 }

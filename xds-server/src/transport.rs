@@ -50,6 +50,9 @@ use peers::{PeerCounts, PeerSlot, Refusals};
 /// a server can name `rustls::ServerConfig` without depending on the same version itself.
 pub use tokio_rustls::rustls;
 
+/// The TLS connector a tool builds from [`client_tls_config`] to call a server's HTTPS port.
+pub use tokio_rustls::TlsConnector;
+
 /// How connections are accepted.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -227,6 +230,38 @@ pub enum TlsError {
     Rustls(String),
 }
 
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read { path: path.display().to_string(), error })
+}
+
+fn pem_error(path: &Path, what: String) -> TlsError {
+    TlsError::Pem { path: path.display().to_string(), what }
+}
+
+/// The certificates of a PEM file: at least one.
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read_file(path)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| pem_error(path, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(pem_error(path, "no certificate".into()));
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(&read_file(path)?).map_err(|e| pem_error(path, e.to_string()))
+}
+
+/// The certificates of a PEM file as trust roots.
+fn read_roots(path: &Path) -> Result<rustls::RootCertStore, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in read_certs(path)? {
+        roots.add(c).map_err(|e| pem_error(path, e.to_string()))?;
+    }
+    Ok(roots)
+}
+
 /// A rustls server configuration from PEM files: the server's chain and key, and with
 /// `client_ca` a required, verified client certificate (mTLS). ALPN offers `h2` and
 /// `http/1.1`.
@@ -235,35 +270,20 @@ pub fn tls_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let read = |path: &Path| {
-        std::fs::read(path)
-            .map_err(|error| TlsError::Read { path: path.display().to_string(), error })
-    };
-    let pem_error =
-        |path: &Path, what: String| TlsError::Pem { path: path.display().to_string(), what };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-        .collect::<Result<_, _>>()
-        .map_err(|e| pem_error(cert, e.to_string()))?;
-    if certs.is_empty() {
-        return Err(pem_error(cert, "no certificate".into()));
-    }
-    let key_der =
-        PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| pem_error(key, e.to_string()))?;
+    let certs = read_certs(cert)?;
+    let key_der = read_key(key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
     let builder = match client_ca {
         Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(&read(ca)?) {
-                let c = c.map_err(|e| pem_error(ca, e.to_string()))?;
-                roots.add(c).map_err(|e| pem_error(ca, e.to_string()))?;
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .build()
-                    .map_err(|e| TlsError::Rustls(e.to_string()))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                read_roots(ca)?.into(),
+                provider,
+            )
+            .build()
+            .map_err(|e| TlsError::Rustls(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -271,6 +291,28 @@ pub fn tls_config(
     let mut config =
         builder.with_single_cert(certs, key_der).map_err(|e| TlsError::Rustls(e.to_string()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A rustls client configuration from PEM files, for a tool that calls a server's HTTPS port
+/// (the admin port's): the CA that signed the server's certificate and, for a server that asks
+/// for one (mTLS), the client's chain and key. ALPN offers `http/1.1`.
+pub fn client_tls_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Rustls(e.to_string()))?
+        .with_root_certificates(read_roots(ca)?);
+    let mut config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(|e| TlsError::Rustls(e.to_string()))?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 

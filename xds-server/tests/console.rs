@@ -176,9 +176,63 @@ async fn each_cell_shows_where_the_client_is() {
     assert_eq!(detail["streams"][0]["types"][0]["state"], "synced");
     assert!(detail["streams"][0]["types"][0]["resources"]["c"].is_string(), "{detail}");
     assert_eq!(detail["streams"][0]["types"][0]["acked_version"], third.version_info.as_str());
+    // Its history: what it subscribed to, each response, its ACKs and its NACK with the text.
+    let events = detail["streams"][0]["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["subscribed", "sent", "sent", "nacked", "sent"], "{detail}");
+    assert!(events.iter().all(|e| e["type"] == "cluster" && e["at_ms"].is_u64()));
+    assert_eq!(events[1]["version"], first.version_info.as_str());
+    assert_eq!(events[1]["resources"], 1);
+    assert_eq!(events[1]["acked"], true, "{detail}");
+    assert_eq!(events[2]["version"], second.version_info.as_str());
+    assert_eq!(events[2]["acked"], false, "NACKed: {detail}");
+    assert_eq!(events[3]["rejected_version"], second.version_info.as_str());
+    assert_eq!(events[3]["error"], NACK_TEXT, "the client's text, as data");
+    assert_eq!(events[4]["version"], third.version_info.as_str());
+    assert_eq!(events[4]["acked"], true, "{detail}");
+    assert!(events[4]["latency_ms"].is_u64());
+    // The table's rows carry no history: ten thousand of them are read every second.
+    assert!(!get(admin, "/ui/api/proxies").await.body.contains("\"events\""));
     let script = get(admin, "/ui/api/proxy?node=%3Cscript%3Ealert(1)%3C%2Fscript%3E%3Cimg%20src%3Dx%20onerror%3Dalert(2)%3E").await;
     assert_eq!(script.json()["streams"][0]["node_id"], SCRIPT_NODE);
     drop((synced, nacker, waiting, unserved));
+}
+
+#[tokio::test]
+async fn a_proxy_without_ads_is_one_row_of_its_streams() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("split", snapshot![cluster("c", "1"), cla("c", 80)]);
+    let t = serve(cache.clone()).await;
+    let admin = serve_router(t.server.admin_router()).await;
+    // A stream per type, as an Envoy configured without ADS opens them.
+    let mut cds = Sotw::clusters(&t, "split").await;
+    cds.subscribe(CDS, &[], None).await;
+    let r = cds.recv().await;
+    cds.ack(&r).await;
+    let mut eds = Sotw::endpoints(&t, "split").await;
+    eds.subscribe(EDS, &["c"], None).await;
+    let _waits = eds.recv().await;
+    let mut row = serde_json::Value::Null;
+    for _ in 0..100 {
+        let page = get(admin, "/ui/api/proxies").await.json();
+        row = page["rows"][0].clone();
+        if page["total_proxies"] == 1
+            && page["total_streams"] == 2
+            && row["cells"]["cluster"]["state"] == "synced"
+            && row["cells"]["endpoint"]["state"] == "pending"
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(row["node_id"], "split", "{row}");
+    assert_eq!(row["streams_total"], 2, "{row}");
+    assert_eq!(row["state"], "pending", "the worst of its cells: {row}");
+    assert_eq!(row["cells"]["cluster"]["state"], "synced", "{row}");
+    assert_eq!(row["cells"]["endpoint"]["state"], "pending", "{row}");
+    // The detail view lists both streams.
+    let detail = get(admin, "/ui/api/proxy?node=split").await.json();
+    assert_eq!(detail["streams"].as_array().unwrap().len(), 2, "{detail}");
 }
 
 #[tokio::test]

@@ -285,13 +285,23 @@ pub enum Command {
     /// Print every connected proxy's state per resource type (SYNCED, PENDING, NACKED,
     /// NOT SENT) from a running server's admin port, or one node's streams with --node.
     Status {
-        /// The admin port: `http://HOST:PORT` (plain HTTP; a path after it is the prefix the
-        /// admin routes are mounted under).
+        /// The admin port: `http://HOST:PORT`, or `https://HOST:PORT` for one with TLS (a path
+        /// after it is the prefix the admin routes are mounted under).
         #[arg(long, default_value = "http://127.0.0.1:18002")]
         admin: String,
         /// A file holding the admin port's bearer token (its --admin-token-file).
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
+        /// For an https:// admin port: the CA that signed its certificate (PEM).
+        #[arg(long)]
+        admin_ca: Option<PathBuf>,
+        /// For an admin port that asks for a client certificate (its --admin-client-ca): this
+        /// client's certificate chain (PEM), with --admin-key.
+        #[arg(long, requires = "admin_key")]
+        admin_cert: Option<PathBuf>,
+        /// The key of --admin-cert (PEM).
+        #[arg(long, requires = "admin_cert")]
+        admin_key: Option<PathBuf>,
         /// One node's streams: per type its state, versions and NACK text.
         #[arg(long)]
         node: Option<String>,

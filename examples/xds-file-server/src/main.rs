@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use xds_file_server::cli::{Args, Command, LogFormat};
-use xds_file_server::status_cli::{self, AdminClient, StatusRequest};
+use xds_file_server::status_cli::{self, AdminClient, Credentials, StatusRequest};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -64,8 +64,18 @@ async fn main() -> ExitCode {
 
 /// `xds-file-server status`: reads a running server's admin port (see `status_cli`).
 async fn status(command: Option<Command>) -> ExitCode {
-    let Some(Command::Status { admin, admin_token_file, node, group, state, type_label, output }) =
-        command
+    let Some(Command::Status {
+        admin,
+        admin_token_file,
+        admin_ca,
+        admin_cert,
+        admin_key,
+        node,
+        group,
+        state,
+        type_label,
+        output,
+    }) = command
     else {
         return ExitCode::FAILURE;
     };
@@ -74,7 +84,12 @@ async fn status(command: Option<Command>) -> ExitCode {
         .filter_map(|(key, value)| Some((key, value?)))
         .collect();
     let request = StatusRequest { node: node.as_deref(), filters, output };
-    let result = match AdminClient::new(&admin, admin_token_file.as_deref()) {
+    let credentials = Credentials {
+        token_file: admin_token_file.as_deref(),
+        ca: admin_ca.as_deref(),
+        identity: admin_cert.as_deref().zip(admin_key.as_deref()),
+    };
+    let result = match AdminClient::new(&admin, credentials) {
         Ok(client) => status_cli::status(&client, &request, &mut std::io::stdout().lock()).await,
         Err(e) => Err(e),
     };

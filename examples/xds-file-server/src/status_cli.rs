@@ -2,8 +2,9 @@
 //! one column per resource type (like `istioctl proxy-status`), or one node's streams with
 //! `--node`; `-o json` prints what the admin port answered.
 //!
-//! It reads the admin port's console API (`/ui/api/proxies`, `/ui/api/proxy`) over plain HTTP
-//! with an optional bearer token: the admin port is on loopback unless it asks for credentials.
+//! It reads the admin port's console API (`/ui/api/proxies`, `/ui/api/proxy`) over HTTP, or
+//! HTTPS for an admin port off loopback (checked against `--admin-ca`, with a client certificate
+//! for one that asks for it), with the bearer token when the port requires one.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -11,8 +12,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use xds_server::transport::rustls::pki_types::ServerName;
+use xds_server::transport::{TlsConnector, client_tls_config};
 
 use crate::cli::OutputFormat;
 
@@ -31,11 +34,12 @@ const PAGE_ROWS: usize = 500;
 /// Why `status` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    /// The `--admin` URL is not `http://HOST:PORT[/PREFIX]`.
-    #[error(
-        "--admin {0}: expected http://HOST:PORT (https is not supported here: reach a TLS admin port through a tunnel to its loopback address)"
-    )]
+    /// The `--admin` URL is not `http[s]://HOST:PORT[/PREFIX]`.
+    #[error("--admin {0}: expected http://HOST:PORT or https://HOST:PORT")]
     Url(String),
+    /// The TLS flags do not fit the URL, or their files are unusable.
+    #[error("{0}")]
+    Tls(String),
     /// The token file could not be read or is empty.
     #[error("--admin-token-file {0}")]
     Token(String),
@@ -52,18 +56,38 @@ pub enum StatusError {
     },
 }
 
+/// How `status` proves itself to the admin port, and checks that it is talking to it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Credentials<'a> {
+    /// `--admin-token-file`: the bearer token the port requires.
+    pub token_file: Option<&'a Path>,
+    /// `--admin-ca`: the CA that signed an `https://` admin port's certificate.
+    pub ca: Option<&'a Path>,
+    /// `--admin-cert` and `--admin-key`: this client's certificate, for an admin port that
+    /// asks for one (its `--admin-client-ca`).
+    pub identity: Option<(&'a Path, &'a Path)>,
+}
+
 /// Where the admin port is and how to ask it.
 pub struct AdminClient {
     host: String,
     prefix: String,
     token: Option<String>,
+    /// For an `https://` port: the connector and the name its certificate must carry.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 impl AdminClient {
-    /// A client of the admin port at `url` (`http://HOST:PORT`, optionally with a path prefix
-    /// the console is mounted under), with the bearer token in `token_file`, if any.
-    pub fn new(url: &str, token_file: Option<&Path>) -> Result<Self, StatusError> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| StatusError::Url(url.into()))?;
+    /// A client of the admin port at `url` (`http://HOST:PORT` or `https://HOST:PORT`,
+    /// optionally with a path prefix the console is mounted under). `https` needs the CA
+    /// (`credentials.ca`); a certificate or CA with plain `http` is refused rather than
+    /// ignored, as is a token sent in the clear off loopback.
+    pub fn new(url: &str, credentials: Credentials<'_>) -> Result<Self, StatusError> {
+        let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (false, rest),
+            (None, Some(rest)) => (true, rest),
+            (None, None) => return Err(StatusError::Url(url.into())),
+        };
         let (host, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
@@ -71,7 +95,30 @@ impl AdminClient {
         if host.is_empty() || host.contains(['@', ' ', '?', '#']) {
             return Err(StatusError::Url(url.into()));
         }
-        let token = match token_file {
+        let tls = match (https, credentials.ca) {
+            (true, Some(ca)) => {
+                let config = client_tls_config(ca, credentials.identity)
+                    .map_err(|e| StatusError::Tls(e.to_string()))?;
+                Some((TlsConnector::from(config), server_name(host, url)?))
+            }
+            (true, None) => {
+                return Err(StatusError::Tls(format!(
+                    "--admin {url}: https needs --admin-ca FILE (the CA that signed the admin port's certificate)"
+                )));
+            }
+            (false, Some(_)) => {
+                return Err(StatusError::Tls(format!(
+                    "--admin-ca is for an https:// admin port, not {url}"
+                )));
+            }
+            (false, None) if credentials.identity.is_some() => {
+                return Err(StatusError::Tls(format!(
+                    "--admin-cert is for an https:// admin port, not {url}"
+                )));
+            }
+            (false, None) => None,
+        };
+        let token = match credentials.token_file {
             None => None,
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -86,7 +133,14 @@ impl AdminClient {
                 Some(token.to_owned())
             }
         };
-        Ok(AdminClient { host: host.to_owned(), prefix: prefix.to_owned(), token })
+        // The admin port asks for a token in the clear only on loopback (admin_access): a
+        // token for a plain port elsewhere would cross the network readable.
+        if token.is_some() && tls.is_none() && !is_loopback(host) {
+            return Err(StatusError::Tls(format!(
+                "--admin {url}: a token goes to a port off loopback over https only"
+            )));
+        }
+        Ok(AdminClient { host: host.to_owned(), prefix: prefix.to_owned(), token, tls })
     }
 
     /// `GET path` as JSON: the body of a 200, or the error of any other answer.
@@ -112,7 +166,7 @@ impl AdminClient {
 
     async fn get(&self, path: &str) -> Result<(u16, Vec<u8>), StatusError> {
         let io = |e: std::io::Error| StatusError::Io(format!("{}: {e}", self.host));
-        let mut stream = TcpStream::connect(&self.host).await.map_err(io)?;
+        let tcp = TcpStream::connect(&self.host).await.map_err(io)?;
         let mut head = format!(
             "GET {}{path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n",
             self.prefix, self.host
@@ -121,15 +175,61 @@ impl AdminClient {
             let _ = write!(head, "Authorization: Bearer {token}\r\n");
         }
         head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).await.map_err(io)?;
-        let mut raw = Vec::new();
-        (&mut stream).take(MAX_ANSWER_BYTES as u64 + 1).read_to_end(&mut raw).await.map_err(io)?;
+        let raw = match &self.tls {
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| StatusError::Io(format!("{}: TLS handshake: {e}", self.host)))?;
+                exchange(tls, &head).await
+            }
+            None => exchange(tcp, &head).await,
+        }
+        .map_err(io)?;
         if raw.len() > MAX_ANSWER_BYTES {
             return Err(StatusError::Io(format!(
                 "{path}: the answer is over {MAX_ANSWER_BYTES} bytes"
             )));
         }
         parse_answer(&raw).ok_or_else(|| StatusError::Io(format!("{path}: not an HTTP answer")))
+    }
+}
+
+/// Writes the request and reads the answer to its end (at most one byte past
+/// [`MAX_ANSWER_BYTES`]). A TLS peer that closes without `close_notify` ends the answer as a
+/// plain close does: the answer is checked whole by `parse_answer` (its chunks, its headers).
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    head: &str,
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(head.as_bytes()).await?;
+    let mut raw = Vec::new();
+    match (&mut stream).take(MAX_ANSWER_BYTES as u64 + 1).read_to_end(&mut raw).await {
+        Ok(_) => Ok(raw),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        Err(e) => Err(e),
+    }
+}
+
+/// The name an `https://` admin port's certificate must carry: the URL's host (a name or an
+/// IP address, without the port).
+fn server_name(host: &str, url: &str) -> Result<ServerName<'static>, StatusError> {
+    let name = host_name(host);
+    ServerName::try_from(name.to_owned())
+        .map_err(|e| StatusError::Tls(format!("--admin {url}: {name:?} is not a host name: {e}")))
+}
+
+/// Whether the URL's host is a loopback address or `localhost`.
+fn is_loopback(host: &str) -> bool {
+    let name = host_name(host);
+    name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `HOST` of `HOST:PORT` (`[::1]:PORT` gives `::1`).
+fn host_name(host: &str) -> &str {
+    match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     }
 }
 
@@ -334,7 +434,16 @@ fn render_table(body: &Value, now_ms: u64) -> String {
         let mut line = vec![
             if node.is_empty() { "(anonymous)".into() } else { node.clone() },
             group_text(&row["group"]),
-            printable(row["variant"].as_str().unwrap_or_default()),
+            match row["streams_total"].as_u64() {
+                // A proxy without ADS: a stream per type, shown as one row.
+                Some(n) if n > 1 => {
+                    format!(
+                        "{} ({n} streams)",
+                        printable(row["variant"].as_str().unwrap_or_default())
+                    )
+                }
+                _ => printable(row["variant"].as_str().unwrap_or_default()),
+            },
             age(row["connected_ms"].as_u64().unwrap_or(now_ms), now_ms),
         ];
         for t in &types {
@@ -352,7 +461,7 @@ fn render_table(body: &Value, now_ms: u64) -> String {
     let shown = lines.len() - 1;
     let total = body["total"].as_u64().unwrap_or(0);
     if shown as u64 != total {
-        let _ = writeln!(out, "({shown} of {total} streams shown)");
+        let _ = writeln!(out, "({shown} of {total} proxies shown)");
     }
     if !nacks.is_empty() {
         out.push_str("\nNACKs:\n");
@@ -413,9 +522,68 @@ fn render_node(node: &str, body: &Value) -> String {
         for nack in nacks {
             let _ = writeln!(out, "  NACK {nack}");
         }
+        let events = s["events"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if !events.is_empty() {
+            let mut lines = vec![["AGO", "TYPE", "EVENT"].map(String::from).to_vec()];
+            for e in events {
+                lines.push(vec![
+                    age(e["at_ms"].as_u64().unwrap_or(now_ms), now_ms),
+                    printable(e["type"].as_str().unwrap_or("-")),
+                    event_text(e),
+                ]);
+            }
+            out.push_str("  latest events, oldest first:\n");
+            for line in columns(&lines).lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
         out.push('\n');
     }
     out
+}
+
+/// One event of a stream's history as text (the console's words).
+fn event_text(e: &Value) -> String {
+    let text = |key: &str| printable(e[key].as_str().unwrap_or_default());
+    let number = |key: &str| e[key].as_u64().unwrap_or(0);
+    match e["event"].as_str().unwrap_or_default() {
+        "subscribed" => {
+            let names: Vec<String> = e["names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(printable)
+                .collect();
+            let mut line = format!("subscribed to {} more", number("added"));
+            if number("removed") > 0 {
+                let _ = write!(line, ", unsubscribed from {}", number("removed"));
+            }
+            if !names.is_empty() {
+                let more = if number("added") > names.len() as u64 { ", ..." } else { "" };
+                let _ = write!(line, ": {}{more}", names.join(", "));
+            }
+            line
+        }
+        "sent" => {
+            let answer = match (e["acked"] == true, e["latency_ms"].as_u64()) {
+                (false, _) => String::new(),
+                (true, Some(ms)) => format!(", ACKed after {ms} ms"),
+                (true, None) => ", ACKed".into(),
+            };
+            format!("sent {} ({} resources){answer}", text("version"), number("resources"))
+        }
+        "nacked" => format!("NACKed {}: {}", text("rejected_version"), text("error")),
+        "stale" => "answered an older response (stale nonce)".into(),
+        "regrouped" => {
+            format!("moved from group {} to {}", group_text(&e["from"]), group_text(&e["to"]))
+        }
+        "unserved" if e["unserved"] == true => {
+            "served nothing: its group has no configuration".into()
+        }
+        "unserved" => "served again".into(),
+        other => printable(other),
+    }
 }
 
 #[cfg(test)]
@@ -439,26 +607,65 @@ mod tests {
 
     #[test]
     fn the_url_is_plain_http_with_an_optional_prefix() {
-        let c = AdminClient::new("http://127.0.0.1:18002/admin/", None).unwrap();
+        let c = AdminClient::new("http://127.0.0.1:18002/admin/", Credentials::default()).unwrap();
         assert_eq!((c.host.as_str(), c.prefix.as_str()), ("127.0.0.1:18002", "/admin"));
-        assert!(AdminClient::new("https://127.0.0.1:18002", None).is_err());
-        assert!(AdminClient::new("http://user@h:1", None).is_err());
+        let none = Credentials::default();
+        assert!(AdminClient::new("https://127.0.0.1:18002", none).is_err(), "https needs a CA");
+        assert!(AdminClient::new("http://user@h:1", none).is_err());
+        assert!(AdminClient::new("ftp://h:1", none).is_err());
+        let ca = Credentials { ca: Some(Path::new("ca.pem")), ..none };
+        assert!(AdminClient::new("http://127.0.0.1:1", ca).is_err(), "a CA for plain HTTP");
+        assert_eq!(host_name("[::1]:18002"), "::1");
+        assert_eq!(host_name("admin.example:18002"), "admin.example");
+        assert!(is_loopback("localhost:1") && is_loopback("[::1]:1") && is_loopback("127.0.0.2:1"));
+        assert!(!is_loopback("10.0.0.1:1") && !is_loopback("admin.example:1"));
         assert_eq!(encode("a b/<&>"), "a%20b%2F%3C%26%3E");
     }
 
     #[test]
+    fn a_node_shows_its_latest_events() {
+        let body = json!({"now_ms": 60_000, "streams": [{"stream": 3, "variant": "delta",
+        "group": "", "opened_ms": 0, "types": [], "events": [
+            {"at_ms": 1_000, "type": "cluster", "event": "subscribed", "added": 5,
+             "removed": 0, "names": ["a", "b\u{1b}[2J", "c"]},
+            {"at_ms": 2_000, "type": "cluster", "event": "sent", "version": "v0", "resources": 5,
+             "acked": true, "latency_ms": 12},
+            {"at_ms": 2_000, "type": "cluster", "event": "sent", "version": "v1", "resources": 5},
+            {"at_ms": 3_000, "type": "cluster", "event": "nacked", "rejected_version": "v1",
+             "error": "no"},
+            {"at_ms": 4_000, "event": "regrouped", "from": null, "to": "blue"},
+        ]}]});
+        let text = render_node("n", &body);
+        let expected = "\
+node n  stream 3  delta  group (default)  connected 60s ago
+  TYPE   STATE   SENT   ACKED   HELD
+  latest events, oldest first:
+  AGO   TYPE      EVENT
+  59s   cluster   subscribed to 5 more: a, b\\u{1b}[2J, c, ...
+  58s   cluster   sent v0 (5 resources), ACKed after 12 ms
+  58s   cluster   sent v1 (5 resources)
+  57s   cluster   NACKed v1: no
+  56s   -         moved from group - to blue
+
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
     fn the_table_has_a_column_per_type_and_the_nack_texts_below() {
-        let body = json!({"total": 2, "types": ["cluster", "listener"], "rows": [
+        let body = json!({"total": 3, "types": ["cluster", "listener"], "rows": [
             {"node_id": "envoy-1", "group": "blue", "variant": "sotw", "connected_ms": 0,
+             "streams_total": 2,
              "cells": {"cluster": {"state": "synced"}, "listener": {"state": "pending", "since_ms": 57_000}}},
             {"node_id": "envoy-2\u{1b}[2J", "variant": "delta", "connected_ms": 0,
              "cells": {"cluster": {"state": "nacked", "rejected_version": "v9", "error": "no\nMAGLEV"}}},
         ]});
         let text = render_table(&body, 60_000);
         let expected = "\
-NODE               GROUP   VARIANT   CONNECTED   CLUSTER     LISTENER
-envoy-1            blue    sotw      60s         SYNCED      PENDING 3s
-envoy-2\\u{1b}[2J   -       delta     60s         NACKED v9   -
+NODE               GROUP   VARIANT            CONNECTED   CLUSTER     LISTENER
+envoy-1            blue    sotw (2 streams)   60s         SYNCED      PENDING 3s
+envoy-2\\u{1b}[2J   -       delta              60s         NACKED v9   -
+(2 of 3 proxies shown)
 
 NACKs:
   envoy-2\\u{1b}[2J cluster: no\\u{a}MAGLEV

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -153,34 +152,7 @@ async fn every_kind_of_broken_file_leaves_the_last_good_config_serving() {
     assert_eq!(state["loads"].as_u64().unwrap(), loads);
 }
 
-struct Pki {
-    dir: PathBuf,
-    ca: String,
-}
-
 impl Pki {
-    /// A CA, a server certificate for `localhost`, and client certificates for `clients`, as PEM
-    /// files in a temporary directory (`<name>.pem`, `<name>.key`).
-    fn new(clients: &[&str]) -> Pki {
-        let dir = temp_dir("pki");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_key = KeyPair::generate().unwrap();
-        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-        std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        for name in std::iter::once(&"localhost").chain(clients) {
-            let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(vec![(*name).to_owned()])
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
-            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
-        }
-        Pki { dir, ca: ca_pem }
-    }
-
     /// Starts the server with mTLS and `--verify-node-id` on a config of cluster `c1` for
     /// everyone, in a fresh directory named `name`: the config's path and the server.
     async fn serve(&self, name: &str) -> (PathBuf, Running) {
@@ -192,10 +164,6 @@ impl Pki {
             ["--tls-cert", &cert, "--tls-key", &key, "--client-ca", &ca, "--verify-node-id"];
         let server = Running::start(&path, &flags).await;
         (path, server)
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
     }
 
     async fn channel(&self, server: &Running, client: Option<&str>) -> Option<Channel> {

@@ -145,3 +145,56 @@ async fn status_sends_the_admin_token() {
     assert!(table.starts_with("NODE"), "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn status_reads_an_admin_port_with_tls_and_client_certificates() {
+    let pki = Pki::new(&["operator"]);
+    let (cert, key, ca) =
+        (pki.file("localhost.pem"), pki.file("localhost.key"), pki.file("ca.pem"));
+    // --admin-client-ca: the admin port takes TLS with a client certificate, even on loopback.
+    let running = Running::spawn(
+        &shipped_config(),
+        &["--tls-cert", &cert, "--tls-key", &key, "--admin-client-ca", &ca],
+    );
+    let admin = format!("https://localhost:{}", running.admin.port());
+    let (operator, operator_key) = (pki.file("operator.pem"), pki.file("operator.key"));
+    let with_cert = ["--admin", &admin, "--admin-ca", &ca, "--admin-cert", &operator];
+    let with_cert = [&with_cert[..], &["--admin-key", &operator_key]].concat();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let table = loop {
+        let out = status(&with_cert);
+        if out.status.success() {
+            break String::from_utf8(out.stdout).unwrap();
+        }
+        assert!(Instant::now() < deadline, "{}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(table.starts_with("NODE"), "{table}");
+
+    // Without a client certificate the port refuses the handshake; without the CA, or over
+    // plain HTTP, the CLI says what is missing.
+    let refused = status(&["--admin", &admin, "--admin-ca", &ca]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8(refused.stderr).unwrap();
+    assert!(stderr.contains("xds-file-server status:"), "{stderr}");
+    let no_ca = status(&["--admin", &admin]);
+    let stderr = String::from_utf8(no_ca.stderr).unwrap();
+    assert!(!no_ca.status.success() && stderr.contains("needs --admin-ca"), "{stderr}");
+    // A certificate of another CA is not the admin port's.
+    let other = Pki::new(&[]);
+    let other_ca = other.file("ca.pem");
+    let wrong_ca = status(&[
+        "--admin",
+        &admin,
+        "--admin-ca",
+        &other_ca,
+        "--admin-cert",
+        &operator,
+        "--admin-key",
+        &operator_key,
+    ]);
+    let stderr = String::from_utf8(wrong_ca.stderr).unwrap();
+    assert!(!wrong_ca.status.success() && stderr.contains("TLS handshake"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&pki.dir);
+    let _ = std::fs::remove_dir_all(&other.dir);
+}

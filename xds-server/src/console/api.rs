@@ -1,5 +1,6 @@
-//! The console's JSON: one row per stream and one cell per type, filtered, sorted and paged on
-//! the server so that the page stays small and fast with ten thousand proxies.
+//! The console's JSON: one row per proxy (the streams of one node id) and one cell per type,
+//! filtered, sorted and paged on the server so that the page stays small and fast with ten
+//! thousand proxies.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -29,7 +30,7 @@ const MAX_PAGE_BYTES: usize = 1 << 20;
 /// server keeps.
 const MAX_CELL_ERROR: usize = 1024;
 
-/// Where one type of one stream is.
+/// Where one type of one proxy is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum CellState {
@@ -206,7 +207,18 @@ struct Cell {
     /// When the latest response was sent (PENDING: it waits for its ACK since), or when the
     /// client NACKed it (NACKED).
     since_ms: Option<u64>,
+    /// The stream (its index in the row) the cell shows: of the row's streams that carry the
+    /// type, the first in the worst state.
+    stream: usize,
+    /// The type's URL on that stream.
+    type_url: String,
+    /// How many of the row's streams carry the type (more than one: two proxies share a node
+    /// id, or a stream was replaced and the old one is not closed yet).
+    streams: usize,
 }
+
+/// The most stream ids a row lists; `streams_total` counts them all.
+const MAX_ROW_STREAMS: usize = 16;
 
 /// The columns: every type some stream has, built-in types in make-before-break order (the
 /// order the server sends them in), then custom types by name.
@@ -215,36 +227,102 @@ fn column_order(label: &str) -> (usize, &str) {
     (position.unwrap_or(usize::MAX), label)
 }
 
+/// One proxy: the streams of one node id, by stream id. A proxy that does not use ADS opens a
+/// stream per type, and its row shows them together, as an operator thinks of it. A stream with
+/// no node id (anonymous, or before its first request) is a row of its own: nothing says that
+/// two of them are the same proxy.
 struct Row {
-    status: StreamStatus,
+    streams: Vec<StreamStatus>,
     cells: Vec<Cell>,
     worst: Option<CellState>,
+}
+
+impl Row {
+    /// The first stream: its node id, cluster and id stand for the row's.
+    fn first(&self) -> &StreamStatus {
+        &self.streams[0]
+    }
+
+    /// The group of the first stream that has one: the streams of one node are grouped alike
+    /// but for a regroup in flight.
+    fn group(&self) -> Option<&String> {
+        self.streams.iter().find_map(|s| s.group.as_ref())
+    }
+
+    fn connected_ms(&self) -> u64 {
+        self.streams.iter().map(|s| s.opened_ms).min().unwrap_or_default()
+    }
+
+    /// The row's cells: one per type any of its streams carries, showing the worst.
+    fn merge_cells(&mut self) {
+        let mut cells: Vec<Cell> = Vec::new();
+        for (stream, status) in self.streams.iter().enumerate() {
+            for (type_url, ts) in &status.types {
+                let state = CellState::of(ts);
+                let since_ms = match state {
+                    CellState::Nacked => ts.nack.as_ref().map(|n| n.at_ms),
+                    CellState::Pending => Some(ts.sent_ms).filter(|&ms| ms > 0),
+                    _ => None,
+                };
+                let parsed = TypeUrl::parse(type_url);
+                let label = parsed.label();
+                match cells.iter_mut().find(|c| c.label == label) {
+                    Some(cell) => {
+                        cell.streams += 1;
+                        if state < cell.state {
+                            cell.state = state;
+                            cell.since_ms = since_ms;
+                            cell.stream = stream;
+                            cell.type_url.clone_from(type_url);
+                        }
+                    }
+                    None => cells.push(Cell {
+                        label: label.to_owned(),
+                        state,
+                        since_ms,
+                        stream,
+                        type_url: type_url.clone(),
+                        streams: 1,
+                    }),
+                }
+            }
+        }
+        self.worst = cells.iter().map(|c| c.state).min();
+        self.cells = cells;
+    }
+}
+
+/// The streams as rows, one per node id (one per anonymous stream), in the order of their first
+/// streams' ids.
+fn rows_of(streams: Vec<StreamStatus>) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut by_node: HashMap<String, usize> = HashMap::new();
+    for status in streams {
+        let known = if status.node_id.is_empty() { None } else { by_node.get(&status.node_id) };
+        match known {
+            Some(&row) => rows[row].streams.push(status),
+            None => {
+                if !status.node_id.is_empty() {
+                    by_node.insert(status.node_id.clone(), rows.len());
+                }
+                rows.push(Row { streams: vec![status], cells: Vec::new(), worst: None });
+            }
+        }
+    }
+    for row in &mut rows {
+        row.streams.sort_by_key(|s| s.stream);
+        row.merge_cells();
+    }
+    rows.sort_by_key(|row| row.first().stream);
+    rows
 }
 
 /// The page of `GET /ui/api/proxies` for `query`, from the streams' summaries (no details), at
 /// `now_ms`.
 pub(crate) fn proxies_page(streams: Vec<StreamStatus>, query: &ProxyQuery, now_ms: u64) -> Value {
     let total_streams = streams.len();
-    let mut rows: Vec<Row> = streams
-        .into_iter()
-        .map(|status| {
-            let cells: Vec<Cell> = status
-                .types
-                .iter()
-                .map(|(type_url, ts)| {
-                    let state = CellState::of(ts);
-                    let since_ms = match state {
-                        CellState::Nacked => ts.nack.as_ref().map(|n| n.at_ms),
-                        CellState::Pending => Some(ts.sent_ms).filter(|&ms| ms > 0),
-                        _ => None,
-                    };
-                    Cell { label: TypeUrl::parse(type_url).label().to_owned(), state, since_ms }
-                })
-                .collect();
-            let worst = cells.iter().map(|c| c.state).min();
-            Row { status, cells, worst }
-        })
-        .collect();
+    let mut rows = rows_of(streams);
+    let total_proxies = rows.len();
     let mut columns = BTreeSet::new();
     let mut groups = BTreeSet::new();
     for row in &rows {
@@ -253,11 +331,10 @@ pub(crate) fn proxies_page(streams: Vec<StreamStatus>, query: &ProxyQuery, now_m
                 columns.insert(cell.label.clone());
             }
         }
-        if let Some(group) = &row.status.group
-            && groups.len() < MAX_LISTED_GROUPS
-            && !groups.contains(group.as_str())
-        {
-            groups.insert(group.clone());
+        for group in row.streams.iter().filter_map(|s| s.group.as_ref()) {
+            if groups.len() < MAX_LISTED_GROUPS && !groups.contains(group.as_str()) {
+                groups.insert(group.clone());
+            }
         }
     }
     let mut columns: Vec<String> = columns.into_iter().collect();
@@ -292,6 +369,7 @@ pub(crate) fn proxies_page(streams: Vec<StreamStatus>, query: &ProxyQuery, now_m
     let mut body = json!({
         "now_ms": now_ms,
         "total_streams": total_streams,
+        "total_proxies": total_proxies,
         "total": total,
         "offset": query.offset,
         "limit": query.limit,
@@ -307,14 +385,13 @@ pub(crate) fn proxies_page(streams: Vec<StreamStatus>, query: &ProxyQuery, now_m
 }
 
 fn matches(row: &Row, query: &ProxyQuery) -> bool {
-    let status = &row.status;
     if let Some(group) = &query.group
-        && status.group.as_ref() != Some(group)
+        && !row.streams.iter().any(|s| s.group.as_ref() == Some(group))
     {
         return false;
     }
     if let Some(search) = &query.search
-        && !status.node_id.contains(search.as_str())
+        && !row.first().node_id.contains(search.as_str())
     {
         return false;
     }
@@ -330,14 +407,14 @@ fn matches(row: &Row, query: &ProxyQuery) -> bool {
 }
 
 fn sort(rows: &mut [Row], query: &ProxyQuery) {
-    // The stream id breaks every tie: the order is total, so pages neither repeat nor skip a
-    // row between two polls that see the same streams.
+    // The first stream's id breaks every tie (a stream is in one row): the order is total, so
+    // pages neither repeat nor skip a row between two polls that see the same streams.
     rows.sort_by(|a, b| {
-        let (x, y) = (&a.status, &b.status);
+        let (x, y) = (a.first(), b.first());
         let order = match query.sort {
             SortKey::Node => x.node_id.cmp(&y.node_id),
-            SortKey::Group => x.group.cmp(&y.group),
-            SortKey::Connected => x.opened_ms.cmp(&y.opened_ms),
+            SortKey::Group => a.group().cmp(&b.group()),
+            SortKey::Connected => a.connected_ms().cmp(&b.connected_ms()),
             SortKey::Stream => std::cmp::Ordering::Equal,
             // A row with no type yet sorts after every row with one.
             SortKey::State => rank(a.worst).cmp(&rank(b.worst)),
@@ -353,10 +430,13 @@ fn rank(worst: Option<CellState>) -> u8 {
 }
 
 fn row_json(row: &Row) -> Value {
-    let status = &row.status;
     let mut cells = serde_json::Map::new();
-    for (cell, ts) in row.cells.iter().zip(status.types.values()) {
+    for cell in &row.cells {
+        let Some(ts) = row.streams[cell.stream].types.get(&cell.type_url) else { continue };
         let mut shown = json!({ "state": cell.state.name() });
+        if cell.streams > 1 {
+            shown["streams"] = json!(cell.streams);
+        }
         if let Some(v) = &ts.sent_version {
             shown["sent_version"] = json!(v);
         }
@@ -378,19 +458,26 @@ fn row_json(row: &Row) -> Value {
         }
         cells.insert(cell.label.clone(), shown);
     }
+    let first = row.first();
+    let ids: Vec<u64> = row.streams.iter().take(MAX_ROW_STREAMS).map(|s| s.stream).collect();
+    let mut variants: Vec<&str> = row.streams.iter().map(|s| s.variant).collect();
+    variants.sort_unstable();
+    variants.dedup();
     let mut shown = json!({
-        "stream": status.stream,
-        "node_id": bounded_owned(&status.node_id),
-        "node_cluster": bounded_owned(&status.node_cluster),
-        "variant": status.variant,
-        "connected_ms": status.opened_ms,
+        "stream": first.stream,
+        "streams": ids,
+        "streams_total": row.streams.len(),
+        "node_id": bounded_owned(&first.node_id),
+        "node_cluster": bounded_owned(&first.node_cluster),
+        "variant": variants.join("+"),
+        "connected_ms": row.connected_ms(),
         "state": row.worst.map(CellState::name),
         "cells": cells,
     });
-    if let Some(group) = &status.group {
+    if let Some(group) = row.group() {
         shown["group"] = json!(bounded_owned(group));
     }
-    if let Some(since) = status.unserved_since_ms {
+    if let Some(since) = row.streams.iter().filter_map(|s| s.unserved_since_ms).min() {
         shown["unserved_since_ms"] = json!(since);
     }
     shown

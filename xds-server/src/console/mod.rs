@@ -1,6 +1,6 @@
-//! The operator console: a page on the admin listener with one row per stream (a connected
-//! proxy) and one cell per resource type, SYNCED, PENDING, NACKED or NOT SENT, that updates
-//! itself; and the JSON it polls. Part of [`Admin::router`](crate::Admin::router), so a custom
+//! The operator console: a page on the admin listener with one row per connected proxy (the
+//! streams of one node id) and one cell per resource type, SYNCED, PENDING, NACKED or NOT SENT,
+//! that updates itself; and the JSON it polls. Part of [`Admin::router`](crate::Admin::router), so a custom
 //! control plane has it too.
 //!
 //! The page is three files compiled into the binary (no JS toolchain, no network): an HTML
@@ -190,7 +190,7 @@ impl Console {
                 );
             }
         };
-        let page = self.server.status().page_json(Some(node), 0, crate::admin::MAX_STATUS_PAGE);
+        let page = self.server.status().page_json(Some(node), 0, crate::status::MAX_STATUS_PAGE);
         json_response(StatusCode::OK, api::proxy_detail(page, now_ms()))
     }
 }

@@ -47,6 +47,7 @@ fn stream(
         group: group.map(str::to_owned),
         unserved_since_ms: None,
         unserved_types: Vec::new(),
+        events: Vec::new(),
         node: None,
     }
 }
@@ -92,10 +93,11 @@ fn a_cell_is_synced_pending_nacked_or_not_sent() {
 }
 
 #[test]
-fn the_page_has_a_row_per_stream_and_a_cell_per_type() {
+fn the_page_has_a_row_per_proxy_and_a_cell_per_type() {
     let page = proxies_page(fleet(), &query(&[]), 5_000);
     assert_eq!(page["total"], 5);
     assert_eq!(page["total_streams"], 5);
+    assert_eq!(page["total_proxies"], 5);
     // Make-before-break order: clusters before listeners.
     assert_eq!(page["types"], json!(["cluster", "listener"]));
     assert_eq!(page["groups"], json!(["blue", "green"]));
@@ -122,6 +124,51 @@ fn the_page_has_a_row_per_stream_and_a_cell_per_type() {
     let text = page.to_string();
     let back: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(back, page);
+}
+
+#[test]
+fn the_streams_of_one_node_are_one_row_showing_the_worst() {
+    // A proxy without ADS: a stream per type, then a second CDS stream (a reconnect whose old
+    // stream is not closed yet) that NACKs. Two anonymous streams stay two rows.
+    let mut lds = stream(4, "envoy-x", Some("blue"), vec![(LDS, pending("2", "1"))]);
+    lds.variant = "delta";
+    lds.opened_ms = 50;
+    let streams = vec![
+        stream(2, "envoy-x", Some("blue"), vec![(CDS, synced("7"))]),
+        stream(3, "", None, vec![]),
+        lds,
+        stream(6, "", None, vec![]),
+        stream(7, "envoy-x", Some("green"), vec![(CDS, nacked("8", "7", "no"))]),
+        stream(8, "envoy-y", Some("green"), vec![(CDS, synced("7"))]),
+    ];
+    let page = proxies_page(streams.clone(), &query(&[]), 5_000);
+    assert_eq!(page["total_streams"], 6);
+    assert_eq!(page["total_proxies"], 4);
+    assert_eq!(nodes(&page), ["envoy-x", "", "", "envoy-y"]);
+    let x = &page["rows"][0];
+    assert_eq!(x["streams"], json!([2, 4, 7]));
+    assert_eq!(x["streams_total"], 3);
+    assert_eq!(x["stream"], 2, "the first stream stands for the row");
+    assert_eq!(x["variant"], "delta+sotw");
+    assert_eq!(x["connected_ms"], 50, "the earliest stream");
+    assert_eq!(x["group"], "blue", "the first stream's group");
+    assert_eq!(x["state"], "nacked");
+    assert_eq!(x["cells"]["cluster"]["state"], "nacked", "the worst of its two CDS streams");
+    assert_eq!(x["cells"]["cluster"]["streams"], 2);
+    assert_eq!(x["cells"]["cluster"]["rejected_version"], "8");
+    assert_eq!(x["cells"]["listener"]["state"], "pending");
+    assert!(x["cells"]["listener"].get("streams").is_none(), "one stream carries it");
+    assert_eq!(page["counts"], json!({"synced": 1, "pending": 1, "nacked": 1, "not_sent": 0}));
+    // A filter matches a row when any of its streams does.
+    let look = |pairs: &[(&str, &str)]| nodes(&proxies_page(streams.clone(), &query(pairs), 0));
+    assert_eq!(look(&[("group", "green")]), ["envoy-x", "envoy-y"]);
+    assert_eq!(look(&[("state", "nacked")]), ["envoy-x"]);
+    assert_eq!(look(&[("sort", "connected")]), ["envoy-x", "", "", "envoy-y"]);
+    // A node with more streams than a row lists.
+    let many: Vec<StreamStatus> = (0..40).map(|i| stream(i, "busy", None, vec![])).collect();
+    let page = proxies_page(many, &query(&[]), 0);
+    assert_eq!(page["rows"][0]["streams"].as_array().unwrap().len(), 16);
+    assert_eq!(page["rows"][0]["streams_total"], 40);
 }
 
 #[test]

@@ -477,6 +477,7 @@ mod tests {
             group: None,
             unserved_since_ms: None,
             unserved_types: Vec::new(),
+            events: Vec::new(),
             node: Some(std::sync::Arc::new(node(node_id))),
         }
     }

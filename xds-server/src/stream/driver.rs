@@ -54,7 +54,7 @@ use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
 use crate::server::Shared;
-use crate::status::{Detail, Listed, StreamStatus, lock};
+use crate::status::{Detail, EventLog, Listed, StreamEventKind, StreamStatus, lock, now_ms};
 
 /// The node of a client that sent none (when anonymous clients are allowed).
 static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
@@ -62,15 +62,21 @@ static ANONYMOUS: LazyLock<Node> = LazyLock::new(Node::default);
 /// The response stream handed to tonic (by xDS streams here, and by the reporting services).
 pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>> + Send>>;
 
-/// A stream's protocol state, readable by status queries. Behind a mutex (uncontended: only this
-/// stream and status queries take it) so that status pages read what each client holds when
-/// asked, rather than the stream copying it after every response. No user code runs under it.
-struct Shareable<P: WireProtocol>(Mutex<CoreStream<P>>);
+/// A stream's protocol state and its latest events, readable by status queries. Behind mutexes
+/// (uncontended: only this stream and status queries take them) so that status pages read what
+/// each client holds when asked, rather than the stream copying it after every response; and so
+/// that the summaries of many streams (the operator console's table) copy no history. No user
+/// code runs under either.
+struct Shareable<P: WireProtocol> {
+    core: Mutex<CoreStream<P>>,
+    events: Mutex<EventLog>,
+}
 
 impl<P: WireProtocol> Detail for Shareable<P> {
     fn fill(&self, status: &mut StreamStatus, limit: Option<usize>) -> BTreeMap<String, Listed> {
+        status.events = lock(&self.events).to_vec();
         let mut listed = BTreeMap::new();
-        for (t, sub) in lock(&self.0).sub_streams() {
+        for (t, sub) in lock(&self.core).sub_streams() {
             let type_url = t.to_string();
             let all = fill_status(sub, status.types.entry(type_url.clone()).or_default(), limit);
             listed.insert(type_url, all);
@@ -168,7 +174,10 @@ pub(crate) fn open<P: WireProtocol>(
     // From here on, dropping the driver undoes the admission.
     let status = shared.status.open(info.id, P::LABEL);
     let driver = Driver::<P> {
-        core: Arc::new(Shareable(Mutex::new(core))),
+        core: Arc::new(Shareable {
+            core: Mutex::new(core),
+            events: Mutex::new(EventLog::new(shared.config.stream_events)),
+        }),
         watches: Watches::default(),
         signal: Arc::new(Signal::new()),
         requests: request.into_inner(),
@@ -230,7 +239,7 @@ impl<P: WireProtocol> Driver<P> {
             if self.join.drained() {
                 self.permit = None;
             }
-            let timeout = lock(&self.core.0).poll_timeout();
+            let timeout = lock(&self.core.core).poll_timeout();
             let give_up = self.unserved_deadline();
             tokio::select! {
                 biased;
@@ -265,7 +274,7 @@ impl<P: WireProtocol> Driver<P> {
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
-                    lock(&self.core.0).handle_timeout(Instant::now());
+                    lock(&self.core.core).handle_timeout(Instant::now());
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
                 _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
@@ -339,7 +348,7 @@ impl<P: WireProtocol> Driver<P> {
             self.shared.metrics.refused("invalid_request");
             return Err(Status::invalid_argument(message));
         }
-        let admitted = lock(&self.core.0)
+        let admitted = lock(&self.core.core)
             .admit(node, &type_url, names, Instant::now())
             .map(|a| (self.shared.type_url(a.type_url), a.first));
         let (type_url, first) = admitted.map_err(|e| self.refuse(&e))?;
@@ -347,7 +356,7 @@ impl<P: WireProtocol> Driver<P> {
             self.start()?;
         }
         let wanted = self.shared.callbacks.wants_repeated_names();
-        P::read_names(&mut request, &self.core.0, &type_url, wanted).map_err(|e| {
+        P::read_names(&mut request, &self.core.core, &type_url, wanted).map_err(|e| {
             self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
         })?;
         if let Err(status) =
@@ -373,7 +382,7 @@ impl<P: WireProtocol> Driver<P> {
             watch.subscribed(&mut names.iter().map(String::as_str).filter(allowed));
         }
         let request = P::to_core(request, denied);
-        let handled = lock(&self.core.0).handle_request(type_url, request, Instant::now());
+        let handled = lock(&self.core.core).handle_request(type_url, request, Instant::now());
         handled.map_err(|e| self.refuse(&e))
     }
 
@@ -394,7 +403,7 @@ impl<P: WireProtocol> Driver<P> {
     /// The first request: the node is known (rule S2), and the group the cache serves it from;
     /// the callbacks may refuse it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = Arc::new(lock(&self.core.0).node().cloned().unwrap_or_default());
+        let node = Arc::new(lock(&self.core.core).node().cloned().unwrap_or_default());
         self.info.node = Some(node.clone());
         self.info.group = self.shared.cache.group(&node).map(Arc::from);
         if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
@@ -402,7 +411,7 @@ impl<P: WireProtocol> Driver<P> {
             return Err(Status::permission_denied(refusal.0));
         }
         // Rule C4: every client is told why a name is not served, unless the server opted out.
-        lock(&self.core.0).set_resource_errors(self.shared.config.resource_errors);
+        lock(&self.core.core).set_resource_errors(self.shared.config.resource_errors);
         let mut status = lock(&self.status);
         status.node_id = node.id.clone();
         status.node_cluster = node.cluster.clone();
@@ -422,6 +431,12 @@ impl<P: WireProtocol> Driver<P> {
         let group = self.shared.cache.group(node);
         if group.as_deref() != self.info.group.as_deref() {
             lock(&self.status).group = group.clone();
+            let (from, to) = (self.info.group.as_deref(), group.as_deref());
+            let what = StreamEventKind::Regrouped {
+                from: from.map(crate::status::event_text),
+                to: to.map(crate::status::event_text),
+            };
+            lock(&self.core.events).push(now_ms(), None, what);
             self.info.group = group.map(Arc::from);
         }
     }
@@ -486,7 +501,10 @@ impl<P: WireProtocol> Driver<P> {
             if self.unserved_since.is_none() {
                 self.unserved_since = Some(now);
                 self.shared.metrics.unserved(1);
-                status.unserved_since_ms = Some(crate::status::now_ms());
+                let at = now_ms();
+                status.unserved_since_ms = Some(at);
+                let what = StreamEventKind::Unserved { unserved: true };
+                lock(&self.core.events).push(at, None, what);
             }
             let types = self.watches.unready.iter().map(|t| self.shared.label(t).to_owned());
             status.unserved_types = types.collect();
@@ -495,6 +513,11 @@ impl<P: WireProtocol> Driver<P> {
             self.shared.metrics.unserved(-1);
             status.unserved_since_ms = None;
             status.unserved_types.clear();
+            lock(&self.core.events).push(
+                now_ms(),
+                None,
+                StreamEventKind::Unserved { unserved: false },
+            );
         }
     }
 
@@ -508,7 +531,7 @@ impl<P: WireProtocol> Driver<P> {
     /// view it was lent. The responses are encoded after the lock is released.
     fn respond(&mut self) {
         let now = Instant::now();
-        let core = &self.core.0;
+        let core = &self.core.core;
         loop {
             let read = lock(core).next_read();
             let Some(read) = read else { break };
@@ -545,7 +568,7 @@ impl<P: WireProtocol> Driver<P> {
                 _ => {}
             }
         }
-        record(&self.shared, P::LABEL, &self.status, &events);
+        record(&self.shared, P::LABEL, &self.status, &self.core.events, &events);
         deliver(&self.shared, &self.info, events);
     }
 }

@@ -8,7 +8,10 @@ use xds_proto::TypeUrl;
 
 use crate::callbacks::{Nack, StreamInfo};
 use crate::server::Shared;
-use crate::status::{NackStatus, StreamStatus, TypeStatus, bounded_owned, lock, now_ms};
+use crate::status::{
+    EventLog, NackStatus, StreamEventKind, StreamStatus, TypeStatus, bounded_owned, event_text,
+    lock, now_ms,
+};
 
 /// The status of `type_key` on the stream, created on first use. Looked up by reference: a type
 /// is named on every request and response, and its key is copied only once per stream.
@@ -19,21 +22,30 @@ fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut 
     status.types.get_mut(type_key.as_str()).expect("inserted above when missing")
 }
 
-/// Records events in the stream's status and the server's metrics. Runs no user code.
+/// Records events in the stream's status, its event log and the server's metrics. Runs no user
+/// code.
 pub(super) fn record(
     shared: &Shared,
     variant: &'static str,
     status: &Mutex<StreamStatus>,
+    log: &Mutex<EventLog>,
     events: &[Event<TypeUrl>],
 ) {
     let mut status = lock(status);
+    let mut log = lock(log);
+    let now = now_ms();
     for event in events {
         match event {
-            Event::Request { type_key, .. } => {
-                type_status(&mut status, type_key).last_request_ms = now_ms();
+            Event::Request { type_key, subscribed, unsubscribed } => {
+                type_status(&mut status, type_key).last_request_ms = now;
+                if !subscribed.is_empty() || !unsubscribed.is_empty() {
+                    let what = StreamEventKind::subscribed(subscribed, unsubscribed.len());
+                    log.push(now, Some(shared.label(type_key)), what);
+                }
             }
             Event::Ack { type_key, version, nonce, latency } => {
-                shared.metrics.ack(variant, shared.label(type_key), *latency);
+                let label = shared.label(type_key);
+                shared.metrics.ack(variant, label, *latency);
                 let ts = type_status(&mut status, type_key);
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
@@ -42,6 +54,7 @@ pub(super) fn record(
                 } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
                     ts.acked_version = ts.sent_version.clone();
                 }
+                log.acked(label, latency.map(|l| l.as_millis() as u64));
             }
             Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
                 shared.metrics.nack(variant, shared.label(type_key));
@@ -52,8 +65,13 @@ pub(super) fn record(
                     rejected_version.clone(),
                     nonce.clone(),
                     &error.message,
-                    now_ms(),
+                    now,
                 );
+                let what = StreamEventKind::Nacked {
+                    rejected_version: event_text(rejected_version),
+                    error: event_text(&error.message),
+                };
+                log.push(now, Some(shared.label(type_key)), what);
                 tracing::info!(
                     node = %status.node_id,
                     group = status.group.as_deref(),
@@ -66,12 +84,27 @@ pub(super) fn record(
                 );
                 type_status(&mut status, type_key).nack = Some(nack);
             }
-            Event::Stale { type_key } => shared.metrics.stale(variant, shared.label(type_key)),
-            Event::Sent { type_key, version, nonce, .. } => {
+            Event::Stale { type_key } => {
+                let label = shared.label(type_key);
+                shared.metrics.stale(variant, label);
+                log.push(now, Some(label), StreamEventKind::Stale);
+            }
+            Event::Sent { type_key, version, nonce, resources, heartbeat } => {
                 let ts = type_status(&mut status, type_key);
                 ts.sent_version = Some(version.clone());
                 ts.sent_nonce = Some(nonce.clone());
-                ts.sent_ms = now_ms();
+                ts.sent_ms = now;
+                // A TTL heartbeat renews what the client holds: the history would be nothing
+                // else for a quiet stream.
+                if !heartbeat {
+                    let what = StreamEventKind::Sent {
+                        version: event_text(version),
+                        resources: *resources,
+                        acked: false,
+                        latency_ms: None,
+                    };
+                    log.push(now, Some(shared.label(type_key)), what);
+                }
             }
         }
     }

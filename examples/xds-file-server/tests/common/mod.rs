@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -29,6 +30,44 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A CA, a server certificate for `localhost`, and client certificates, as PEM files in a
+/// scratch directory.
+pub struct Pki {
+    pub dir: PathBuf,
+    /// The CA's certificate (PEM).
+    pub ca: String,
+}
+
+impl Pki {
+    /// The CA (`ca.pem`), and certificates for `localhost` and for `clients`, each
+    /// `<name>.pem` with its key `<name>.key`.
+    pub fn new(clients: &[&str]) -> Pki {
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let dir = temp_dir(&format!("pki-{}", MADE.fetch_add(1, Ordering::Relaxed)));
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        for name in std::iter::once(&"localhost").chain(clients) {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(vec![(*name).to_owned()])
+                .unwrap()
+                .signed_by(&key, &issuer)
+                .unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        }
+        Pki { dir, ca: ca_pem }
+    }
+
+    /// The path of one of its files.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
 }
 
 /// A loopback address free right now.
@@ -52,6 +91,21 @@ impl Drop for Running {
 }
 
 impl Running {
+    /// Starts the binary on free loopback ports and returns at once, for a server whose admin
+    /// port a plain request cannot reach (TLS on it): the caller waits in its own way.
+    pub fn spawn(config: &Path, extra: &[&str]) -> Running {
+        let (grpc, http, admin) = (free_addr(), free_addr(), free_addr());
+        let child = Command::new(env!("CARGO_BIN_EXE_xds-file-server"))
+            .args(["--config", &config.display().to_string()])
+            .args(extra)
+            .args(["--grpc-addr", &grpc.to_string(), "--http-addr", &http.to_string()])
+            .args(["--admin-addr", &admin.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Running { child, grpc, http, admin }
+    }
+
     /// Starts the binary on free loopback ports and waits until the admin port answers
     /// `/healthz` (every port is bound before any answers).
     pub async fn start(config: &Path, extra: &[&str]) -> Running {

@@ -141,12 +141,14 @@
     const versions = [];
     if (cell.sent_version !== undefined) versions.push("sent " + cell.sent_version);
     if (cell.acked_version !== undefined) versions.push("ACKed " + cell.acked_version);
+    // Several streams of the proxy carry the type: the cell shows the worst of them.
+    if (cell.streams > 1) versions.push("worst of " + cell.streams + " streams");
     if (cell.state !== "nacked") {
       td.textContent = label;
       td.title = versions.join(", ");
       return;
     }
-    const key = row.stream + "/" + type;
+    const key = (row.node_id || "stream " + row.stream) + "/" + type;
     const details = el("details");
     details.open = expanded.has(key);
     details.addEventListener("toggle", () => {
@@ -165,7 +167,8 @@
   function renderList(data) {
     const now = data.now_ms;
     const c = data.counts;
-    $("summary").textContent = data.total_streams + " streams, " + data.total + " shown \u2014 " +
+    $("summary").textContent = data.total_proxies + " proxies (" + data.total_streams + " streams), " +
+      data.total + " shown \u2014 " +
       c.synced + " synced, " + c.pending + " pending, " + c.nacked + " NACKed, " + c.not_sent + " not sent";
     $("updated").textContent = "updated " + new Date(now).toLocaleTimeString();
     fillSelect($("f-group"), data.groups.filter((g) => g !== ""), filters.group);
@@ -187,6 +190,12 @@
       tr.dataset.state = row.state || "";
       const node = el("td", null, "node");
       node.append(nodeLink(row.node_id));
+      if (row.streams_total > 1) {
+        const streams = el("span", " \u00d7" + row.streams_total, "streams");
+        streams.title = row.streams_total + " streams: " + row.streams.join(", ") +
+          (row.streams_total > row.streams.length ? ", \u2026" : "");
+        node.append(streams);
+      }
       tr.append(node);
       tr.append(el("td", groupText(row.group)));
       tr.append(el("td", row.variant));
@@ -280,6 +289,30 @@
     return span;
   }
 
+  // One event of a stream's history as a line of text (the client's texts stay text).
+  function eventText(e) {
+    switch (e.event) {
+      case "subscribed": {
+        let text = "subscribed to " + e.added + " more";
+        if (e.removed) text += ", unsubscribed from " + e.removed;
+        if (e.names.length) text += ": " + e.names.join(", ") + (e.added > e.names.length ? ", \u2026" : "");
+        return text;
+      }
+      case "sent": {
+        const answer = !e.acked ? "" : e.latency_ms === undefined ? ", ACKed" : ", ACKed after " + e.latency_ms + " ms";
+        return "sent version " + e.version + " (" + e.resources + " resource(s))" + answer;
+      }
+      case "nacked": return "NACKed " + e.rejected_version + ": " + e.error;
+      case "stale": return "answered an older response (stale nonce)";
+      case "regrouped": {
+        const name = (g) => (g === null || g === undefined ? "(none)" : groupText(g));
+        return "moved from group " + name(e.from) + " to " + name(e.to);
+      }
+      case "unserved": return e.unserved ? "served nothing: its group has no configuration" : "served again";
+      default: return e.event;
+    }
+  }
+
   function renderStreams(data) {
     const box = document.createDocumentFragment();
     const now = data.now_ms;
@@ -306,21 +339,19 @@
         t.last_request_ms ? iso(t.last_request_ms) : "",
       ]);
       div.append(table(["type", "state", "sent", "ACKed", "subscribed", "held", "last request"], rows));
-      // The stream's recorded events: when it opened, each type's latest request and NACK.
-      const events = [[iso(s.opened_ms), "stream opened"]];
-      for (const t of s.types) {
-        if (t.last_request_ms) events.push([iso(t.last_request_ms), t.type + ": latest request"]);
-        if (t.nack) {
-          events.push([iso(t.nack.at_ms), t.type + ": NACK of " + t.nack.rejected_version + " (kept " +
-            t.nack.version + "): " + t.nack.error]);
-        }
-        for (const [name, e] of Object.entries(t.errors || {})) {
-          events.push(["", t.type + ": " + name + " told error " + e.code + ": " + e.message]);
-        }
-      }
-      events.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+      // The stream's history as the server keeps it (its latest events), oldest first.
+      const events = [[iso(s.opened_ms), "", "stream opened (" + s.variant + ")"]];
+      for (const e of s.events || []) events.push([iso(e.at_ms), e.type || "", eventText(e)]);
       div.append(el("h4", "Events"));
-      div.append(table(["at", "event"], events));
+      div.append(table(["at", "type", "event"], events));
+      const errors = [];
+      for (const t of s.types) {
+        for (const [name, e] of Object.entries(t.errors || {})) errors.push([t.type, name, e.code + ": " + e.message]);
+      }
+      if (errors.length) {
+        div.append(el("h4", "Resource errors told to the client"));
+        div.append(table(["type", "name", "error"], errors));
+      }
       box.append(div);
     }
     $("d-streams").replaceChildren(box);
