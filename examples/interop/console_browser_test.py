@@ -289,7 +289,7 @@ class ConsoleTest(interop.Test):
         pending = self.page_cell(STUCK_NODE)
         if pending["state"] != "pending" or not pending["label"].startswith("PENDING"):
             raise interop.StepFailed(f"the stuck client shows {pending}")
-        return detail + f"; page lists {len(self.page_nodes())} streams, the script node as text"
+        return detail + f"; page lists {len(self.page_nodes())} proxies, the script node as text"
 
     def step_nack(self):
         written = time.monotonic()

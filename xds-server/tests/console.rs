@@ -159,9 +159,9 @@ async fn each_cell_shows_where_the_client_is() {
         nodes(get(admin, "/ui/api/proxies?type=listener").await.json()),
         Vec::<String>::new()
     );
-    let first = get(admin, "/ui/api/proxies?limit=2").await.json();
-    assert_eq!(first["next_offset"], 2);
-    assert_eq!(first["rows"].as_array().unwrap().len(), 2);
+    let first_page = get(admin, "/ui/api/proxies?limit=2").await.json();
+    assert_eq!(first_page["next_offset"], 2);
+    assert_eq!(first_page["rows"].as_array().unwrap().len(), 2);
     let last = get(admin, "/ui/api/proxies?limit=2&offset=4").await.json();
     assert_eq!(last["rows"].as_array().unwrap().len(), 1);
     assert!(last.get("next_offset").is_none());

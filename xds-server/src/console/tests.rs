@@ -141,7 +141,12 @@ fn the_streams_of_one_node_are_one_row_showing_the_worst() {
         stream(7, "envoy-x", Some("green"), vec![(CDS, nacked("8", "7", "no"))]),
         stream(8, "envoy-y", Some("green"), vec![(CDS, synced("7"))]),
     ];
-    let page = proxies_page(streams.clone(), &query(&[]), 5_000);
+    // By node id, anonymous first; by stream, in the order of each row's first stream.
+    assert_eq!(
+        nodes(&proxies_page(streams.clone(), &query(&[]), 0)),
+        ["", "", "envoy-x", "envoy-y"]
+    );
+    let page = proxies_page(streams.clone(), &query(&[("sort", "stream")]), 5_000);
     assert_eq!(page["total_streams"], 6);
     assert_eq!(page["total_proxies"], 4);
     assert_eq!(nodes(&page), ["envoy-x", "", "", "envoy-y"]);
@@ -163,7 +168,7 @@ fn the_streams_of_one_node_are_one_row_showing_the_worst() {
     let look = |pairs: &[(&str, &str)]| nodes(&proxies_page(streams.clone(), &query(pairs), 0));
     assert_eq!(look(&[("group", "green")]), ["envoy-x", "envoy-y"]);
     assert_eq!(look(&[("state", "nacked")]), ["envoy-x"]);
-    assert_eq!(look(&[("sort", "connected")]), ["envoy-x", "", "", "envoy-y"]);
+    assert_eq!(look(&[("sort", "connected")]), ["envoy-x", "", "", "envoy-y"], "x since 50");
     // A node with more streams than a row lists.
     let many: Vec<StreamStatus> = (0..40).map(|i| stream(i, "busy", None, vec![])).collect();
     let page = proxies_page(many, &query(&[]), 0);
