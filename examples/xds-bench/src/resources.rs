@@ -3,6 +3,7 @@
 
 use xds_proto::builders::{eds_cluster, endpoints};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
+use xds_proto::pb::envoy::config::core::v3::Locality;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
 /// The port of every cluster's endpoints before any update.
@@ -23,6 +24,30 @@ pub fn cla(i: u32, endpoints_per_cluster: u32, port: u32) -> ClusterLoadAssignme
         .collect();
     let hosts: Vec<(&str, u32)> = hosts.iter().map(|h| (h.as_str(), port)).collect();
     endpoints(&format!("cluster-{i}"), &hosts)
+}
+
+/// Cluster `i` as node `node` alone is served it (`xds-bench-server --per-node-groups`): its
+/// statistics under a name of the node's own (`alt_stat_name`), so that each node's copy is a
+/// resource of its own content, encoded for that node.
+pub fn node_cluster(i: u32, node: &str) -> Cluster {
+    Cluster { alt_stat_name: format!("{node}/cluster-{i}"), ..cluster(i) }
+}
+
+/// Cluster `i`'s endpoints as node `node` alone is served them (`--per-node-groups`): those of
+/// [`cla`], in a locality named after the node (`sub_zone`), as a control plane that orders
+/// localities per node (its zone first) would serve them. The first endpoint's port is `port`,
+/// as `xds-load` checks.
+pub fn node_cla(
+    i: u32,
+    endpoints_per_cluster: u32,
+    port: u32,
+    node: &str,
+) -> ClusterLoadAssignment {
+    let mut cla = cla(i, endpoints_per_cluster, port);
+    for locality in &mut cla.endpoints {
+        locality.locality = Some(Locality { sub_zone: node.to_owned(), ..Default::default() });
+    }
+    cla
 }
 
 /// The port the `n`-th update (0-based) moves its cluster's endpoints to: 10000 and up, never

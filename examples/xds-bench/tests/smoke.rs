@@ -1,11 +1,12 @@
 //! Smoke run of the benchmark tools (CI runs benchmarks only this way): `xds-bench-server`, and
 //! the floor `xds-floor-server`, each with 200 clusters, then `xds-load` with 5 clients and 5
-//! updates over delta ADS and over SotW ADS, and a burst of 50 changes within 200 ms.
-//! Passes only when every client got the initial configuration and every update
-//! (`5 passed, 0 failed`, the generator's own verdict).
+//! updates over delta ADS and over SotW ADS, and a burst of 50 changes within 200 ms; and
+//! `xds-bench-server --per-node-groups 5` (a snapshot per node, 180 of the 200 clusters shared),
+//! whose nodes must be served their own resources. Passes only when every client got the initial
+//! configuration and every update (`5 passed, 0 failed`, the generator's own verdict).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ fn the_floor_serves_the_load_generator_over_delta_and_sotw() {
 #[test]
 fn a_burst_reaches_every_client_over_delta_and_sotw() {
     let (server, grpc, http, pid) =
-        start(env!("CARGO_BIN_EXE_xds-bench-server"), "xds-bench-server");
+        start(env!("CARGO_BIN_EXE_xds-bench-server"), "xds-bench-server", &[]);
     for mode in ["delta", "sotw"] {
         let out = Command::new(env!("CARGO_BIN_EXE_xds-load"))
             .args(["--server", &format!("http://{grpc}")])
@@ -63,10 +64,90 @@ fn a_burst_reaches_every_client_over_delta_and_sotw() {
     drop(server);
 }
 
+#[test]
+fn per_node_snapshots_serve_each_node_its_own_and_every_update() {
+    let (server, grpc, http, pid) = start(
+        env!("CARGO_BIN_EXE_xds-bench-server"),
+        "xds-bench-server --per-node-groups 5",
+        &["--per-node-groups", "5"],
+    );
+    // Clusters 0..180 are shared (the default share, 0.9), 180..200 each node's own.
+    for kind in ["clusters", "endpoints"] {
+        let shared = |node| fetch(&http, kind, node, "cluster-0");
+        assert_eq!(shared("load-0"), shared("load-4"), "shared {kind} are the same for every node");
+        let own = |node| fetch(&http, kind, node, "cluster-199");
+        let (own0, own1) = (own("load-0"), own("load-1"));
+        assert_ne!(own0, own1, "a node's own {kind} differ between nodes");
+        assert!(own0.contains("load-0") && own1.contains("load-1"), "{own0}\n{own1}");
+    }
+    let own = |node| fetch(&http, "endpoints", node, "cluster-199");
+
+    // xds-load's updates (clusters 0..5, shared) reach every client, delta and SotW.
+    run_load(&grpc, &http, &pid, "xds-bench-server --per-node-groups 5");
+
+    // An update of a node's own cluster reaches every group, each with its own content.
+    let port = get(&http, "/bench/update?i=199");
+    let port = port.trim();
+    assert!(port.parse::<u32>().is_ok(), "the update answers its port: {port:?}");
+    for node in ["load-0", "load-4"] {
+        let body = own(node);
+        assert!(
+            body.contains(&format!("\"portValue\":{port}"))
+                && body.contains(&format!("\"{node}\"")),
+            "{node} holds cluster-199 on port {port}, in its own locality: {body}"
+        );
+    }
+    drop(server);
+}
+
+/// The resource `name` the REST-JSON API serves `node` at `/v3/discovery:{kind}`, as JSON text
+/// (without the response's version, which differs between groups).
+fn fetch(http: &str, kind: &str, node: &str, name: &str) -> String {
+    let request = format!(r#"{{"node":{{"id":"{node}"}},"resource_names":["{name}"]}}"#);
+    let body = exchange(http, "POST", &format!("/v3/discovery:{kind}"), &request);
+    let response: serde_json::Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("a JSON DiscoveryResponse for {node} ({e}): {body}"));
+    let resources = &response["resources"];
+    assert!(resources.as_array().is_some_and(|r| r.len() == 1), "{node} {name}: {body}");
+    resources.to_string()
+}
+
+/// `GET path` of the server's HTTP port: the body of a 200 answer.
+fn get(http: &str, path: &str) -> String {
+    exchange(http, "GET", path, "")
+}
+
+/// One HTTP/1.0 exchange (so that the answer is not chunked and ends with the connection):
+/// the body of a 200 answer.
+fn exchange(http: &str, method: &str, path: &str, body: &str) -> String {
+    let mut stream = TcpStream::connect(http).expect("the HTTP port answers");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("a read timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nhost: {http}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("the request is sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{method} {path}: {answer}"
+    );
+    body.to_owned()
+}
+
 /// Starts `exe` with 200 clusters and runs 5 xds-load clients with 5 updates against it, over
 /// delta and over SotW.
 fn check_server(exe: &str, name: &str) {
-    let (server, grpc, http, pid) = start(exe, name);
+    let (server, grpc, http, pid) = start(exe, name, &[]);
+    run_load(&grpc, &http, &pid, name);
+    drop(server);
+}
+
+/// Runs 5 xds-load clients with 5 updates against the server `name`, over delta and over SotW.
+fn run_load(grpc: &str, http: &str, pid: &str, name: &str) {
     for mode in ["delta", "sotw"] {
         let out = Command::new(env!("CARGO_BIN_EXE_xds-load"))
             .args(["--server", &format!("http://{grpc}")])
@@ -74,7 +155,7 @@ fn check_server(exe: &str, name: &str) {
             .args(["--stats", &format!("http://{http}/bench/stats")])
             .args(["--clients", "5", "--mode", mode, "--updates", "5", "--interval-ms", "100"])
             .args(["--timeout-s", "10", "--storm-timeout-s", "20", "--settle-ms", "200"])
-            .args(["--server-pid", &pid])
+            .args(["--server-pid", pid])
             .output()
             .expect("xds-load runs");
         let report = String::from_utf8_lossy(&out.stdout);
@@ -85,14 +166,15 @@ fn check_server(exe: &str, name: &str) {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    drop(server);
 }
 
-/// Starts `exe` with 200 clusters; answers it with its gRPC and HTTP addresses and its pid.
-fn start(exe: &str, name: &str) -> (Server, String, String, String) {
+/// Starts `exe` with 200 clusters (and `extra` arguments); answers it with its gRPC and HTTP
+/// addresses and its pid.
+fn start(exe: &str, name: &str, extra: &[&str]) -> (Server, String, String, String) {
     let (grpc, http) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
     let mut child = Command::new(exe)
         .args(["--clusters", "200", "--grpc-addr", &grpc, "--http-addr", &http])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -13,17 +13,28 @@
 //! `SnapshotCache` would copy the snapshot's map of N resources and compare them on every update:
 //! O(N) per update.)
 //!
+//! `--per-node-groups N` serves instead what most snapshot-per-node control planes serve: a
+//! `SnapshotCache` with one group per node id, and a snapshot set for each of the node ids
+//! `load-0` .. `load-{N-1}` (the ids `xds-load` gives its clients; other nodes wait). The first
+//! `--node-share` of the clusters (90 % by default) are the same resources in every group, each
+//! encoded once and shared (the snapshots are derived from one builder); the others carry each
+//! node's own content (`resources::node_cluster`, `resources::node_cla`), encoded per node.
+//! `/bench/update?i=K` (and each change of `/bench/burst`) then sets every group's snapshot,
+//! derived from its current one with cluster K's new endpoints: one shared resource when K is
+//! shared, the node's own otherwise; it answers once the last group is set.
+//!
 //! ```text
 //! xds-bench-server --clusters 10000 --endpoints 3
+//! xds-bench-server --clusters 10000 --per-node-groups 1000 --node-share 0.9
 //! curl 'http://127.0.0.1:18001/bench/update?i=42'   # -> 10000
 //! curl 'http://127.0.0.1:18001/bench/stats'          # -> {"tasks":7,"streams":0,...}
 //! ```
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -31,7 +42,7 @@ use axum::routing::get;
 use clap::Parser;
 use tonic::transport::server::TcpIncoming;
 use xds_bench::{resources, sys};
-use xds_cache::{LinearCache, MuxCache};
+use xds_cache::{Cache, LinearCache, MuxCache, Snapshot, SnapshotCache};
 use xds_proto::builders::{http_listener, route_to_cluster};
 use xds_proto::pb::envoy::config::cluster::v3::Cluster;
 use xds_proto::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -67,14 +78,44 @@ struct Args {
     /// default: the server's, twice the cores). See `ServerConfig::join_permits`.
     #[arg(long)]
     join_permits: Option<usize>,
+    /// Per-node snapshots: serve from a `SnapshotCache` with one group per node id, with a
+    /// snapshot set for each of the N node ids `load-0` .. `load-{N-1}`, those of `xds-load
+    /// --clients N` (0: one `LinearCache` per type, every node served the same resources).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    per_node_groups: u32,
+    /// With --per-node-groups: the fraction of the clusters (and their endpoints) that every
+    /// group shares, clusters `0..share × C` (each encoded once, the same resource in every
+    /// snapshot); the others are the node's own (encoded per node).
+    #[arg(long, default_value_t = 0.9, requires = "per_node_groups")]
+    node_share: f64,
     /// Log filter.
     #[arg(long, default_value = "warn")]
     log: String,
 }
 
+/// Where the resources live, and so what an update does.
+enum Store {
+    /// One `LinearCache` of ClusterLoadAssignments, served to every node.
+    Linear(LinearCache),
+    /// A snapshot per node.
+    PerNode(PerNode),
+}
+
+/// `--per-node-groups`: a `SnapshotCache` grouped by node id, a snapshot per node.
+struct PerNode {
+    cache: SnapshotCache,
+    /// The groups (node ids) given a snapshot, in order.
+    nodes: Vec<String>,
+    /// Clusters `0..shared` are the same resources in every group.
+    shared: u32,
+    /// Held while the groups are updated: two updates interleaved group by group would each
+    /// derive from a snapshot the other is about to replace, and one of them would be lost.
+    updating: Mutex<()>,
+}
+
 /// What the update handler needs.
 struct Bench {
-    cla: LinearCache,
+    store: Store,
     clusters: u32,
     endpoints: u32,
     updates: AtomicU32,
@@ -85,6 +126,123 @@ impl Bench {
     fn cla(&self, i: u32, port: u32) -> ClusterLoadAssignment {
         resources::cla(i, self.endpoints, port)
     }
+
+    /// Moves cluster `i`'s endpoints to `port`; returns once every client's view has it.
+    async fn publish(self: &Arc<Self>, i: u32, port: u32) -> Result<(), String> {
+        match &self.store {
+            Store::Linear(cla) => {
+                cla.upsert(&self.cla(i, port)).map(drop).map_err(|e| e.to_string())
+            }
+            // Setting a thousand snapshots takes a while: off the runtime's workers, which serve
+            // the streams meanwhile.
+            Store::PerNode(_) => {
+                let bench = self.clone();
+                tokio::task::spawn_blocking(move || bench.publish_per_node(i, port))
+                    .await
+                    .map_err(|e| format!("the update task failed: {e}"))?
+            }
+        }
+    }
+
+    /// [`publish`](Self::publish) with a snapshot per node: each group's snapshot derived from
+    /// its current one with cluster `i`'s new endpoints (shared: one resource encoded once for
+    /// every group; the node's own: encoded per group), as an application serving a snapshot
+    /// per node must do for one change.
+    fn publish_per_node(&self, i: u32, port: u32) -> Result<(), String> {
+        let Store::PerNode(p) = &self.store else { return Err("not per node".into()) };
+        let encoded = |cla: &ClusterLoadAssignment| {
+            EncodedResource::new(cla).map_err(|e| format!("cannot encode: {e}"))
+        };
+        let shared = if i < p.shared { Some(encoded(&self.cla(i, port))?) } else { None };
+        let _updating = p.updating.lock().unwrap_or_else(PoisonError::into_inner);
+        for node in &p.nodes {
+            let Some(current) = p.cache.snapshot(node) else { continue };
+            let resource = match &shared {
+                Some(r) => r.clone(),
+                None => encoded(&resources::node_cla(i, self.endpoints, port, node))?,
+            };
+            let mut next = current.to_builder();
+            next.add_encoded(resource);
+            // Unchecked: a ClusterLoadAssignment of a cluster that was there names nothing new,
+            // and the first snapshot was checked whole. (Checking would decode every cluster of
+            // the group on every update.)
+            p.cache.set_snapshot(node, next.build_unchecked());
+        }
+        Ok(())
+    }
+}
+
+/// The snapshot of each of `nodes` groups (`load-{n}`): clusters `0..shared` and their endpoints
+/// the same resources in every group (one builder, cloned: its maps and resources are shared
+/// until a node's own are added), the others each node's own.
+fn per_node(
+    clusters: u32,
+    endpoints: u32,
+    nodes: u32,
+    shared: u32,
+) -> Result<PerNode, Box<dyn std::error::Error>> {
+    let cache = SnapshotCache::by_node_id();
+    let mut base = Snapshot::builder();
+    for i in 0..shared {
+        base.add(&resources::cluster(i))?;
+        base.add(&resources::cla(i, endpoints, resources::INITIAL_PORT))?;
+    }
+    base.add(&http_listener("listener-0", "0.0.0.0", 10000, "route-0"))?;
+    base.add(&route_to_cluster("route-0", "*", "cluster-0"))?;
+    let nodes: Vec<String> = (0..nodes).map(|n| format!("load-{n}")).collect();
+    for node in &nodes {
+        let mut snapshot = base.clone();
+        for i in shared..clusters {
+            snapshot.add(&resources::node_cluster(i, node))?;
+            snapshot.add(&resources::node_cla(i, endpoints, resources::INITIAL_PORT, node))?;
+        }
+        cache.set_snapshot(node, snapshot.build()?);
+    }
+    Ok(PerNode { cache, nodes, shared, updating: Mutex::new(()) })
+}
+
+/// The xDS server of `cache`, with `--join-permits`.
+fn serve(cache: impl Cache, join_permits: Option<usize>) -> XdsServer {
+    let mut config = ServerConfig::default();
+    config.join_permits = join_permits.unwrap_or(config.join_permits);
+    XdsServer::builder(cache).config(config).build()
+}
+
+/// The resources of the default mode: each type in its own `LinearCache` behind a `MuxCache`.
+fn linear(
+    clusters: u32,
+    endpoints: u32,
+) -> Result<(MuxCache, LinearCache), Box<dyn std::error::Error>> {
+    let cds = LinearCache::of::<Cluster>();
+    let cla = LinearCache::of::<ClusterLoadAssignment>();
+    let listeners = LinearCache::of::<Listener>();
+    let routes = LinearCache::of::<RouteConfiguration>();
+    let encoded = |r: Result<EncodedResource, _>| r.map_err(|e| format!("cannot encode: {e}"));
+    cds.set_all(
+        (0..clusters)
+            .map(|i| encoded(EncodedResource::new(&resources::cluster(i))))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    cla.set_all(
+        (0..clusters)
+            .map(|i| {
+                encoded(EncodedResource::new(&resources::cla(
+                    i,
+                    endpoints,
+                    resources::INITIAL_PORT,
+                )))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    // A listener on port 10000 whose routes come from RDS `route-0`: everything to `cluster-0`.
+    listeners.upsert(&http_listener("listener-0", "0.0.0.0", 10000, "route-0"))?;
+    routes.upsert(&route_to_cluster("route-0", "*", "cluster-0"))?;
+    let mux = MuxCache::new()
+        .route(ResourceType::Cluster, cds)
+        .route(ResourceType::ClusterLoadAssignment, cla.clone())
+        .route(ResourceType::Listener, listeners)
+        .route(ResourceType::RouteConfiguration, routes);
+    Ok((mux, cla))
 }
 
 /// The query of `/bench/update`.
@@ -116,8 +274,8 @@ async fn update(
     }
     let n = bench.updates.fetch_add(1, Ordering::Relaxed);
     let port = resources::update_port(n);
-    match bench.cla.upsert(&bench.cla(q.i, port)) {
-        Ok(_) => (StatusCode::OK, format!("{port}\n")),
+    match bench.publish(q.i, port).await {
+        Ok(()) => (StatusCode::OK, format!("{port}\n")),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
 }
@@ -144,7 +302,7 @@ async fn burst(
         tokio::time::sleep_until(start + spread * j / q.n).await;
         let port = resources::update_port(first.wrapping_add(j));
         let before = tokio::time::Instant::now();
-        if let Err(e) = bench.cla.upsert(&bench.cla(j, port)) {
+        if let Err(e) = bench.publish(j, port).await {
             return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
         }
         let done = tokio::time::Instant::now();
@@ -178,39 +336,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let fd_limit = sys::raise_fd_limit()?;
 
-    let clusters = LinearCache::of::<Cluster>();
-    let cla = LinearCache::of::<ClusterLoadAssignment>();
-    let listeners = LinearCache::of::<Listener>();
-    let routes = LinearCache::of::<RouteConfiguration>();
+    if !(0.0..=1.0).contains(&args.node_share) {
+        return Err(format!("--node-share must be within 0..=1, not {}", args.node_share).into());
+    }
+    let started = Instant::now();
+    let (server, store, layout) = if args.per_node_groups > 0 {
+        // Rounded down: with 0.9 of 10,000, clusters 0..9000 are shared.
+        let shared = (f64::from(args.clusters) * args.node_share) as u32;
+        let p = per_node(args.clusters, args.endpoints, args.per_node_groups, shared)?;
+        let layout = format!(
+            "{} snapshot groups (load-0..load-{}), clusters 0..{shared} shared, {}..{} per node, \
+             set in {:.1} s",
+            args.per_node_groups,
+            args.per_node_groups - 1,
+            shared,
+            args.clusters,
+            started.elapsed().as_secs_f64(),
+        );
+        (serve(p.cache.clone(), args.join_permits), Store::PerNode(p), layout)
+    } else {
+        let (mux, cla) = linear(args.clusters, args.endpoints)?;
+        (serve(mux, args.join_permits), Store::Linear(cla), "one LinearCache per type".to_owned())
+    };
     let bench = Arc::new(Bench {
-        cla: cla.clone(),
+        store,
         clusters: args.clusters,
         endpoints: args.endpoints,
         updates: AtomicU32::new(0),
     });
-    let encoded = |r: Result<EncodedResource, _>| r.map_err(|e| format!("cannot encode: {e}"));
-    clusters.set_all(
-        (0..args.clusters)
-            .map(|i| encoded(EncodedResource::new(&resources::cluster(i))))
-            .collect::<Result<Vec<_>, _>>()?,
-    )?;
-    cla.set_all(
-        (0..args.clusters)
-            .map(|i| encoded(EncodedResource::new(&bench.cla(i, resources::INITIAL_PORT))))
-            .collect::<Result<Vec<_>, _>>()?,
-    )?;
-    // A listener on port 10000 whose routes come from RDS `route-0`: everything to `cluster-0`.
-    listeners.upsert(&http_listener("listener-0", "0.0.0.0", 10000, "route-0"))?;
-    routes.upsert(&route_to_cluster("route-0", "*", "cluster-0"))?;
-
-    let mux = MuxCache::new()
-        .route(ResourceType::Cluster, clusters)
-        .route(ResourceType::ClusterLoadAssignment, cla)
-        .route(ResourceType::Listener, listeners)
-        .route(ResourceType::RouteConfiguration, routes);
-    let mut config = ServerConfig::default();
-    config.join_permits = args.join_permits.unwrap_or(config.join_permits);
-    let server = XdsServer::builder(mux).config(config).build();
 
     let metrics = server.clone();
     let status = server.clone();
@@ -264,7 +417,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let incoming = TcpIncoming::from(socket.listen(8192)?).with_nodelay(Some(true));
 
     println!(
-        "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route; gRPC {}, HTTP {} \
+        "xds-bench-server pid {}: {} clusters x {} endpoints, 1 listener, 1 route ({layout}); gRPC {}, HTTP {} \
          (/bench/update?i=K, /bench/burst?n=N&ms=T, /bench/stats, /healthz, /metrics, /status?node=ID); open-file limit \
          {fd_limit}",
         std::process::id(),
