@@ -11,6 +11,7 @@ use xds_proto::pb::envoy::config::endpoint::v3::{ClusterStats, UpstreamLocalityS
 use xds_proto::pb::envoy::service::load_stats::v3::LoadStatsRequest;
 use xds_proto::pb::envoy::service::load_stats::v3::load_reporting_service_client::LoadReportingServiceClient;
 use xds_proto::pb::google::protobuf::Duration as PbDuration;
+use xds_server::XdsServer;
 
 use util::raw_http::{Reply, get, serve_router};
 use util::*;
@@ -202,7 +203,7 @@ async fn each_cell_shows_where_the_client_is() {
 async fn a_proxy_without_ads_is_one_row_of_its_streams() {
     let cache = SnapshotCache::by_node_id();
     cache.set_snapshot("split", snapshot![cluster("c", "1"), cla("c", 80)]);
-    let t = serve(cache.clone()).await;
+    let t = start(XdsServer::builder(cache.clone()).control_plane_id("replica-<2>").build()).await;
     let admin = serve_router(t.server.admin_router()).await;
     // A stream per type, as an Envoy configured without ADS opens them.
     let mut cds = Sotw::clusters(&t, "split").await;
@@ -226,6 +227,8 @@ async fn a_proxy_without_ads_is_one_row_of_its_streams() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(row["node_id"], "split", "{row}");
+    let page = get(admin, "/ui/api/proxies").await.json();
+    assert_eq!(page["control_plane_id"], "replica-<2>", "which replica serves these proxies");
     assert_eq!(row["streams_total"], 2, "{row}");
     assert_eq!(row["state"], "pending", "the worst of its cells: {row}");
     assert_eq!(row["cells"]["cluster"]["state"], "synced", "{row}");

@@ -291,6 +291,7 @@ pub async fn status(
     let mut types: Vec<Value> = Vec::new();
     let mut offset = 0;
     let mut total = 0;
+    let mut control_plane = Value::Null;
     for _ in 0..MAX_PAGES {
         let mut path = format!("/ui/api/proxies?limit={PAGE_ROWS}&offset={offset}");
         for (key, value) in &request.filters {
@@ -304,12 +305,16 @@ pub async fn status(
         }
         rows.extend(page["rows"].as_array().into_iter().flatten().cloned());
         total = page["total"].as_u64().unwrap_or(0);
+        control_plane = page["control_plane_id"].clone();
         match page.get("next_offset").and_then(Value::as_u64) {
             Some(next) => offset = next,
             None => break,
         }
     }
-    let body = json!({ "total": total, "types": types, "rows": rows });
+    let mut body = json!({ "total": total, "types": types, "rows": rows });
+    if !control_plane.is_null() {
+        body["control_plane_id"] = control_plane;
+    }
     let text = match request.output {
         OutputFormat::Json => pretty(&body),
         OutputFormat::Table => render_table(&body, crate::status_cli::now_ms()),
@@ -462,6 +467,9 @@ fn render_table(body: &Value, now_ms: u64) -> String {
     let total = body["total"].as_u64().unwrap_or(0);
     if shown as u64 != total {
         let _ = writeln!(out, "({shown} of {total} proxies shown)");
+    }
+    if let Some(id) = body["control_plane_id"].as_str() {
+        let _ = writeln!(out, "(connected to control plane {})", printable(id));
     }
     if !nacks.is_empty() {
         out.push_str("\nNACKs:\n");

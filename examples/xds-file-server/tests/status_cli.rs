@@ -115,6 +115,8 @@ async fn status_prints_the_table_a_node_and_json() {
     let json: serde_json::Value =
         serde_json::from_str(&stdout(&status(&["--admin", &admin, "-o", "json"]))).unwrap();
     assert_eq!(json["total"], 3);
+    assert!(json["control_plane_id"].is_string(), "which replica answered: {json}");
+    assert!(table.contains("(connected to control plane "), "{table}");
     assert_eq!(json["rows"].as_array().unwrap().len(), 3);
     assert_eq!(json["rows"][0]["node_id"], "envoy-\u{1b}[31mnacker");
     assert_eq!(json["rows"][0]["cells"]["cluster"]["error"], "no\nthanks");

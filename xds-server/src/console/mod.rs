@@ -156,7 +156,12 @@ impl Console {
         match ProxyQuery::parse(&query) {
             Ok(query) => {
                 let streams = self.server.status().summaries();
-                json_response(StatusCode::OK, api::proxies_page(streams, &query, now_ms()))
+                let mut page = api::proxies_page(streams, &query, now_ms());
+                // Each replica of a fleet serves its own proxies: the page says which it is.
+                if let Some(id) = &self.server.config().control_plane_id {
+                    page["control_plane_id"] = json!(crate::status::bounded_owned(id));
+                }
+                json_response(StatusCode::OK, page)
             }
             Err(bad) => json_response(StatusCode::BAD_REQUEST, bad.to_json()),
         }

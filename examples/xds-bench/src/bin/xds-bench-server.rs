@@ -88,6 +88,10 @@ struct Args {
     /// snapshot); the others are the node's own (encoded per node).
     #[arg(long, default_value_t = 0.9, requires = "per_node_groups")]
     node_share: f64,
+    /// How many of its latest events each stream keeps for its status (the server's default:
+    /// 16; 0 keeps none). See `ServerConfig::stream_events`.
+    #[arg(long)]
+    stream_events: Option<usize>,
     /// Log filter.
     #[arg(long, default_value = "warn")]
     log: String,
@@ -201,10 +205,11 @@ fn per_node(
     Ok(PerNode { cache, nodes, shared, updating: Mutex::new(()) })
 }
 
-/// The xDS server of `cache`, with `--join-permits`.
-fn serve(cache: impl Cache, join_permits: Option<usize>) -> XdsServer {
+/// The xDS server of `cache`, with `--join-permits` and `--stream-events`.
+fn serve(cache: impl Cache, args: &Args) -> XdsServer {
     let mut config = ServerConfig::default();
-    config.join_permits = join_permits.unwrap_or(config.join_permits);
+    config.join_permits = args.join_permits.unwrap_or(config.join_permits);
+    config.stream_events = args.stream_events.unwrap_or(config.stream_events);
     XdsServer::builder(cache).config(config).build()
 }
 
@@ -353,10 +358,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.clusters,
             started.elapsed().as_secs_f64(),
         );
-        (serve(p.cache.clone(), args.join_permits), Store::PerNode(p), layout)
+        (serve(p.cache.clone(), &args), Store::PerNode(p), layout)
     } else {
         let (mux, cla) = linear(args.clusters, args.endpoints)?;
-        (serve(mux, args.join_permits), Store::Linear(cla), "one LinearCache per type".to_owned())
+        (serve(mux, &args), Store::Linear(cla), "one LinearCache per type".to_owned())
     };
     let bench = Arc::new(Bench {
         store,

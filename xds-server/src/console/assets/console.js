@@ -167,7 +167,8 @@
   function renderList(data) {
     const now = data.now_ms;
     const c = data.counts;
-    $("summary").textContent = data.total_proxies + " proxies (" + data.total_streams + " streams), " +
+    const replica = data.control_plane_id === undefined ? "" : "control plane " + data.control_plane_id + ": ";
+    $("summary").textContent = replica + data.total_proxies + " proxies (" + data.total_streams + " streams), " +
       data.total + " shown \u2014 " +
       c.synced + " synced, " + c.pending + " pending, " + c.nacked + " NACKed, " + c.not_sent + " not sent";
     $("updated").textContent = "updated " + new Date(now).toLocaleTimeString();
