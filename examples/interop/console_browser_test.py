@@ -355,6 +355,18 @@ class ConsoleTest(interop.Test):
         same = self.js("return document.querySelectorAll('#d-served span.synced').length;")
         if not same:
             raise interop.StepFailed("the detail shows no resource held at the served version")
+        # A served resource opens as its JSON (what /config_dump gives, redacted), and stays open
+        # across the page's updates.
+        self.js("document.querySelector('#d-served details.resource summary').click();")
+        time.sleep(1.5)
+        shown = self.js("""
+            const d = document.querySelector('#d-served details.resource');
+            return d && d.open ? [d.querySelector('summary').textContent, d.querySelector('pre').textContent] : null;""")
+        if not shown:
+            raise interop.StepFailed("a served resource does not open (or closed at the next update)")
+        resource = json.loads(shown[1])
+        if resource.get("name") != shown[0]:
+            raise interop.StepFailed(f"the resource's JSON is not {shown[0]}: {shown[1][:200]}")
         # Its history: the NACK of step 2 with the client's text, then the ACK of the fix.
         events = self.wait_page("the stream's events", lambda: self.js("""
             const h = Array.from(document.querySelectorAll('#d-streams h4')).find(h => h.textContent === 'Events');
@@ -365,6 +377,7 @@ class ConsoleTest(interop.Test):
         if not nacked or not acked or acked[-1] < nacked[-1]:
             raise interop.StepFailed(f"events: no cluster NACK followed by an ACK: {events}")
         return (f"states {states}, served types {served}, {same} resources held as served, "
+                f"{shown[0]} opens as its JSON, "
                 f"{len(events)} events with the NACK and the ACK after it")
 
     def step_cli(self):

@@ -358,6 +358,25 @@
     $("d-streams").replaceChildren(box);
   }
 
+  // A served resource: its name, which opens its JSON as /config_dump gives it (sensitive
+  // fields redacted, a Secret only named). Stays open across the page's updates.
+  function resourceView(type, r) {
+    const details = el("details", null, "resource");
+    const key = "served/" + type + "/" + r.name;
+    details.open = expanded.has(key);
+    details.addEventListener("toggle", () => {
+      if (details.open) expanded.add(key);
+      else expanded.delete(key);
+    });
+    details.append(el("summary", r.name));
+    let text;
+    if (r.redacted) text = "(a Secret: its content is never shown)";
+    else if (r.resource === undefined) text = r.error || "(no content)";
+    else text = JSON.stringify(r.resource, null, 2);
+    details.append(el("pre", text, "resource-json"));
+    return details;
+  }
+
   function renderServed(dump, streams) {
     const box = document.createDocumentFragment();
     if (!dump) {
@@ -378,7 +397,7 @@
         if (version !== undefined && held.state === "nacked") verdict = "sent, rejected";
         if (version !== undefined && held.state === "pending") verdict = "sent, not ACKed yet";
         const span = el("span", verdict, verdict === "same" ? "synced" : "differs");
-        return [r.name, r.version, version === undefined || version === null ? "" : version, span];
+        return [resourceView(type, r), r.version, version === undefined || version === null ? "" : version, span];
       });
       box.append(el("h4", type));
       box.append(table(["name", "served version", "last sent version", ""], rows));
