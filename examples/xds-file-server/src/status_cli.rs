@@ -627,6 +627,17 @@ mod tests {
         assert_eq!(host_name("admin.example:18002"), "admin.example");
         assert!(is_loopback("localhost:1") && is_loopback("[::1]:1") && is_loopback("127.0.0.2:1"));
         assert!(!is_loopback("10.0.0.1:1") && !is_loopback("admin.example:1"));
+        // A token goes in the clear to loopback only.
+        let token = std::env::temp_dir().join(format!("status-cli-token-{}", std::process::id()));
+        std::fs::write(&token, "t0ken\n").unwrap();
+        let with_token = Credentials { token_file: Some(&token), ..none };
+        assert!(AdminClient::new("http://127.0.0.1:18002", with_token).is_ok());
+        let Err(StatusError::Tls(why)) = AdminClient::new("http://10.0.0.1:18002", with_token)
+        else {
+            panic!("a token in the clear off loopback")
+        };
+        assert!(why.contains("over https only"), "{why}");
+        let _ = std::fs::remove_file(&token);
         assert_eq!(encode("a b/<&>"), "a%20b%2F%3C%26%3E");
     }
 
