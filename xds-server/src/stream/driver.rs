@@ -118,7 +118,8 @@ struct Driver<P: WireProtocol> {
     info: StreamInfo,
     /// Who is on the other end, for the authorization point.
     peer: Peer,
-    core: Arc<Shareable<P>>,
+    /// The protocol state and the event history, shared with status queries.
+    state: Arc<Shareable<P>>,
     watches: Watches,
     signal: Arc<Signal>,
     requests: Requests<P::WireRequest>,
@@ -174,7 +175,7 @@ pub(crate) fn open<P: WireProtocol>(
     // From here on, dropping the driver undoes the admission.
     let status = shared.status.open(info.id, P::LABEL);
     let driver = Driver::<P> {
-        core: Arc::new(Shareable {
+        state: Arc::new(Shareable {
             core: Mutex::new(core),
             events: Mutex::new(EventLog::new(shared.config.stream_events)),
         }),
@@ -191,7 +192,7 @@ pub(crate) fn open<P: WireProtocol>(
         info,
         shared,
     };
-    let detail: Arc<dyn Detail> = driver.core.clone();
+    let detail: Arc<dyn Detail> = driver.state.clone();
     driver.shared.status.attach(driver.info.id, Arc::downgrade(&detail));
     if open > driver.shared.config.limits.max_streams {
         driver.shared.metrics.refused("max_streams");
@@ -239,7 +240,7 @@ impl<P: WireProtocol> Driver<P> {
             if self.join.drained() {
                 self.permit = None;
             }
-            let timeout = lock(&self.core.core).poll_timeout();
+            let timeout = lock(&self.state.core).poll_timeout();
             let give_up = self.unserved_deadline();
             tokio::select! {
                 biased;
@@ -274,7 +275,7 @@ impl<P: WireProtocol> Driver<P> {
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
-                    lock(&self.core.core).handle_timeout(Instant::now());
+                    lock(&self.state.core).handle_timeout(Instant::now());
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
                 _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
@@ -348,7 +349,7 @@ impl<P: WireProtocol> Driver<P> {
             self.shared.metrics.refused("invalid_request");
             return Err(Status::invalid_argument(message));
         }
-        let admitted = lock(&self.core.core)
+        let admitted = lock(&self.state.core)
             .admit(node, &type_url, names, Instant::now())
             .map(|a| (self.shared.type_url(a.type_url), a.first));
         let (type_url, first) = admitted.map_err(|e| self.refuse(&e))?;
@@ -356,7 +357,7 @@ impl<P: WireProtocol> Driver<P> {
             self.start()?;
         }
         let wanted = self.shared.callbacks.wants_repeated_names();
-        P::read_names(&mut request, &self.core.core, &type_url, wanted).map_err(|e| {
+        P::read_names(&mut request, &self.state.core, &type_url, wanted).map_err(|e| {
             self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
         })?;
         if let Err(status) =
@@ -382,7 +383,7 @@ impl<P: WireProtocol> Driver<P> {
             watch.subscribed(&mut names.iter().map(String::as_str).filter(allowed));
         }
         let request = P::to_core(request, denied);
-        let handled = lock(&self.core.core).handle_request(type_url, request, Instant::now());
+        let handled = lock(&self.state.core).handle_request(type_url, request, Instant::now());
         handled.map_err(|e| self.refuse(&e))
     }
 
@@ -403,7 +404,7 @@ impl<P: WireProtocol> Driver<P> {
     /// The first request: the node is known (rule S2), and the group the cache serves it from;
     /// the callbacks may refuse it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = Arc::new(lock(&self.core.core).node().cloned().unwrap_or_default());
+        let node = Arc::new(lock(&self.state.core).node().cloned().unwrap_or_default());
         self.info.node = Some(node.clone());
         self.info.group = self.shared.cache.group(&node).map(Arc::from);
         if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
@@ -411,7 +412,7 @@ impl<P: WireProtocol> Driver<P> {
             return Err(Status::permission_denied(refusal.0));
         }
         // Rule C4: every client is told why a name is not served, unless the server opted out.
-        lock(&self.core.core).set_resource_errors(self.shared.config.resource_errors);
+        lock(&self.state.core).set_resource_errors(self.shared.config.resource_errors);
         let mut status = lock(&self.status);
         status.node_id = node.id.clone();
         status.node_cluster = node.cluster.clone();
@@ -436,7 +437,7 @@ impl<P: WireProtocol> Driver<P> {
                 from: from.map(crate::status::event_text),
                 to: to.map(crate::status::event_text),
             };
-            lock(&self.core.events).push(now_ms(), None, what);
+            lock(&self.state.events).push(now_ms(), None, what);
             self.info.group = group.map(Arc::from);
         }
     }
@@ -504,7 +505,7 @@ impl<P: WireProtocol> Driver<P> {
                 let at = now_ms();
                 status.unserved_since_ms = Some(at);
                 let what = StreamEventKind::Unserved { unserved: true };
-                lock(&self.core.events).push(at, None, what);
+                lock(&self.state.events).push(at, None, what);
             }
             let types = self.watches.unready.iter().map(|t| self.shared.label(t).to_owned());
             status.unserved_types = types.collect();
@@ -513,7 +514,7 @@ impl<P: WireProtocol> Driver<P> {
             self.shared.metrics.unserved(-1);
             status.unserved_since_ms = None;
             status.unserved_types.clear();
-            lock(&self.core.events).push(
+            lock(&self.state.events).push(
                 now_ms(),
                 None,
                 StreamEventKind::Unserved { unserved: false },
@@ -531,7 +532,7 @@ impl<P: WireProtocol> Driver<P> {
     /// view it was lent. The responses are encoded after the lock is released.
     fn respond(&mut self) {
         let now = Instant::now();
-        let core = &self.core.core;
+        let core = &self.state.core;
         loop {
             let read = lock(core).next_read();
             let Some(read) = read else { break };
@@ -568,7 +569,7 @@ impl<P: WireProtocol> Driver<P> {
                 _ => {}
             }
         }
-        record(&self.shared, P::LABEL, &self.status, &self.core.events, &events);
+        record(&self.shared, P::LABEL, &self.status, &self.state.events, &events);
         deliver(&self.shared, &self.info, events);
     }
 }
