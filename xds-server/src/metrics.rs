@@ -98,11 +98,7 @@ pub(crate) fn group_label(group: Option<&str>) -> &str {
     if group == NO_GROUP_LABEL || group == OTHER_GROUP_LABEL {
         return OTHER_GROUP_LABEL;
     }
-    let mut end = group.len().min(MAX_GROUP_LABEL_BYTES);
-    while !group.is_char_boundary(end) {
-        end -= 1;
-    }
-    &group[..end]
+    crate::status::truncate(group, MAX_GROUP_LABEL_BYTES)
 }
 
 impl Metrics {

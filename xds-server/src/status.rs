@@ -82,28 +82,30 @@ impl NackStatus {
         error: &str,
         at_ms: u64,
     ) -> Self {
-        let mut end = error.len().min(MAX_NACK_TEXT);
-        while !error.is_char_boundary(end) {
-            end -= 1;
-        }
         NackStatus {
             version: bounded_owned(&version),
             rejected_version,
             nonce,
-            error: error[..end].to_owned(),
+            error: truncate(error, MAX_NACK_TEXT).to_owned(),
             error_bytes: error.len(),
             at_ms,
         }
     }
 }
 
-/// A version string a client echoes back, cut like a NACK text.
-pub(crate) fn bounded_owned(s: &str) -> String {
-    let mut end = s.len().min(MAX_NACK_TEXT);
+/// `s` cut to at most `max` bytes, on a character boundary: how every text a peer controls is
+/// bounded before it is kept or shown.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_owned()
+    &s[..end]
+}
+
+/// A version string a client echoes back, cut like a NACK text.
+pub(crate) fn bounded_owned(s: &str) -> String {
+    truncate(s, MAX_NACK_TEXT).to_owned()
 }
 
 /// The status of one stream.
@@ -221,11 +223,7 @@ const MAX_EVENT_NAMES: usize = 3;
 
 /// A text cut to [`MAX_EVENT_TEXT`] bytes at a character boundary.
 pub(crate) fn event_text(s: &str) -> Box<str> {
-    let mut end = s.len().min(MAX_EVENT_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].into()
+    truncate(s, MAX_EVENT_TEXT).into()
 }
 
 impl StreamEventKind {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use xds_proto::{ResourceType, TypeUrl};
 
-use crate::status::{StreamStatus, TypeStatus, bounded_owned};
+use crate::status::{StreamStatus, TypeStatus, bounded_owned, truncate};
 
 /// The most rows one page of the console's table holds (`limit` is clamped to it).
 pub const MAX_CONSOLE_PAGE: usize = 500;
@@ -447,13 +447,9 @@ fn row_json(row: &Row) -> Value {
             shown["since_ms"] = json!(since);
         }
         if let (CellState::Nacked, Some(nack)) = (cell.state, &ts.nack) {
-            let mut end = nack.error.len().min(MAX_CELL_ERROR);
-            while !nack.error.is_char_boundary(end) {
-                end -= 1;
-            }
             shown["rejected_version"] = json!(nack.rejected_version);
             shown["kept_version"] = json!(nack.version);
-            shown["error"] = json!(&nack.error[..end]);
+            shown["error"] = json!(truncate(&nack.error, MAX_CELL_ERROR));
             shown["error_bytes"] = json!(nack.error_bytes);
         }
         cells.insert(cell.label.clone(), shown);

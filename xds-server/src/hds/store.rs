@@ -271,12 +271,9 @@ impl HealthStore {
         node: &Node,
         asked: Asked,
     ) -> Option<Registration> {
-        let mut end = node.id.len().min(self.config.max_name_bytes);
-        while !node.id.is_char_boundary(end) {
-            end -= 1;
-        }
+        let node_id = crate::status::truncate(&node.id, self.config.max_name_bytes);
         let health = Arc::new(Mutex::new(StreamHealth {
-            node_id: Arc::from(&node.id[..end]),
+            node_id: Arc::from(node_id),
             endpoints: BTreeMap::new(),
             charge: Charge::default(),
         }));

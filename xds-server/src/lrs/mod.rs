@@ -32,6 +32,7 @@ pub use view::{
 };
 
 use crate::reporter::{self, Hooks, Reason, ReportLimits, Reporting, escape_label};
+use crate::status::truncate;
 use crate::stream::ResponseStream;
 use store::{Registration, Store};
 
@@ -371,15 +372,6 @@ impl LoadReporter {
     ) -> Result<(), OverBudget> {
         self.registration.ingest(stats, Instant::now())
     }
-}
-
-/// `s` cut to at most `max` bytes, on a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 impl Reporting for LoadReportingServer {
