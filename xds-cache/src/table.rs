@@ -203,14 +203,14 @@ impl ResourceTable {
     }
 
     /// [`set_all`](Self::set_all) of a map by name.
-    pub(crate) fn replace_all(&mut self, resources: &BTreeMap<String, EncodedResource>) -> usize {
+    pub(crate) fn replace_all(&mut self, resources: &impl ByName) -> usize {
         let gone: Vec<Arc<str>> =
-            self.entries.keys().filter(|n| !resources.contains_key(&***n)).cloned().collect();
+            self.entries.keys().filter(|n| resources.named(n).is_none()).cloned().collect();
         let mut changed = 0;
         for name in gone {
             changed += usize::from(self.delete_normal(&name));
         }
-        for resource in resources.values() {
+        for resource in resources.all() {
             let same =
                 self.entries.get(resource.name()).is_some_and(|e| e.resource.ptr_eq(resource));
             if !same {
@@ -223,14 +223,10 @@ impl ResourceTable {
     /// Makes the table hold `resources`, looking only at `names`: the caller knows that every
     /// other name is unchanged (the snapshot was derived from the one this table holds). Returns
     /// the number of names created, changed or deleted.
-    pub(crate) fn apply(
-        &mut self,
-        resources: &BTreeMap<String, EncodedResource>,
-        names: &BTreeSet<String>,
-    ) -> usize {
+    pub(crate) fn apply(&mut self, resources: &impl ByName, names: &BTreeSet<String>) -> usize {
         let mut changed = 0;
         for name in names {
-            match resources.get(name) {
+            match resources.named(name) {
                 Some(resource) => {
                     let same = self
                         .entries
@@ -385,6 +381,10 @@ impl View for ResourceTable {
         Some(set.clone())
     }
 
+    fn built_resource_set(&self) -> Option<ResourceSet<EncodedResource>> {
+        self.set.0.get().cloned()
+    }
+
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
         if revision < self.horizon || revision > self.revision {
             return false;
@@ -397,6 +397,33 @@ impl View for ResourceTable {
             f(name);
         }
         true
+    }
+}
+
+/// Resources by name, as a table takes them whole: a snapshot's map of one type, or the map
+/// [`ResourceTable::set_all`] collects.
+pub(crate) trait ByName {
+    /// The resource named `name`.
+    fn named(&self, name: &str) -> Option<&EncodedResource>;
+    /// Every resource.
+    fn all(&self) -> impl Iterator<Item = &EncodedResource>;
+}
+
+impl ByName for BTreeMap<String, EncodedResource> {
+    fn named(&self, name: &str) -> Option<&EncodedResource> {
+        self.get(name)
+    }
+    fn all(&self) -> impl Iterator<Item = &EncodedResource> {
+        self.values()
+    }
+}
+
+impl ByName for crate::snapshot::Resources {
+    fn named(&self, name: &str) -> Option<&EncodedResource> {
+        self.get(name)
+    }
+    fn all(&self) -> impl Iterator<Item = &EncodedResource> {
+        self.values()
     }
 }
 

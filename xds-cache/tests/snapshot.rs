@@ -559,3 +559,69 @@ fn a_derived_snapshot_is_applied_by_its_touched_names() {
     assert!(cache.get("g", &t, "new").is_none());
     assert!(cache.get("g", &t, "c3").is_some());
 }
+
+/// Rule O3 on a derived snapshot: `build` checks only what the builder added when its base was
+/// checked and nothing was removed, and still refuses a dangling reference the builder made; a
+/// removal, or a base built unchecked, makes it check every resource again.
+#[test]
+fn o3_a_derived_build_checks_what_it_added_and_everything_after_a_removal() {
+    let cla_type = xds_proto::TypeUrl::from(ResourceType::ClusterLoadAssignment);
+    let mut b = Snapshot::builder();
+    b.add(&eds_cluster("a", "")).unwrap().add(&cla("a", 0)).unwrap();
+    let checked = b.build().unwrap();
+
+    // An added cluster naming an assignment that is not there: refused.
+    let mut next = checked.to_builder();
+    next.add(&eds_cluster("b", "")).unwrap();
+    let missing = |from: &str, name: &str| MissingReference {
+        from_type: ResourceType::Cluster,
+        from: from.into(),
+        missing: Reference::new(ResourceType::ClusterLoadAssignment, name),
+    };
+    assert_eq!(next.build().unwrap_err().missing, vec![missing("b", "b")]);
+    // With it: accepted, and the result counts as checked for the next derivation.
+    next.add(&cla("b", 0)).unwrap();
+    let both = next.build().unwrap();
+    assert_eq!(both.len(), 4);
+
+    // Removing what an untouched cluster names: found, though the builder touched only "a".
+    let mut removal = both.to_builder();
+    removal.remove(&cla_type, "a");
+    assert_eq!(removal.build().unwrap_err().missing, vec![missing("a", "a")]);
+
+    // A base built unchecked is checked whole: its dangling "c" is found by a derivation that
+    // only adds an unrelated assignment.
+    let mut loose = Snapshot::builder();
+    loose.add(&eds_cluster("c", "")).unwrap();
+    let mut derived = loose.build_unchecked().to_builder();
+    derived.add(&cla("other", 0)).unwrap();
+    assert_eq!(derived.build().unwrap_err().missing, vec![missing("c", "c")]);
+}
+
+/// A derived snapshot shares its base's resources, yet neither sees the other's changes: the
+/// base keeps what it held, whatever the derivation adds, replaces or removes.
+#[test]
+fn a_derivation_never_changes_its_base() {
+    let t = xds_proto::TypeUrl::from(ResourceType::Cluster);
+    let mut b = Snapshot::builder();
+    for i in 0..500 {
+        b.add(&cluster(&format!("c{i:03}"), "1")).unwrap();
+    }
+    let base = b.build_unchecked();
+    let mut next = base.to_builder();
+    next.add(&cluster("c007", "2")).unwrap().add(&cluster("new", "1")).unwrap();
+    next.remove(&t, "c100");
+    let derived = next.build_unchecked();
+
+    assert_eq!((base.count(&t), derived.count(&t)), (500, 500));
+    assert!(base.get(&t, "c100").is_some() && derived.get(&t, "c100").is_none());
+    assert!(base.get(&t, "new").is_none() && derived.get(&t, "new").is_some());
+    let version = |s: &Snapshot| s.get(&t, "c007").unwrap().version().to_owned();
+    assert_ne!(version(&base), version(&derived));
+    // Untouched resources are the same encodings, and both iterate in name order.
+    assert!(base.get(&t, "c499").unwrap().ptr_eq(derived.get(&t, "c499").unwrap()));
+    let names: Vec<&str> = derived.resources(&t).map(|r| r.name()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted);
+}

@@ -112,6 +112,20 @@ pub trait View {
     fn resource_set(&self) -> Option<ResourceSet<Self::Resource>> {
         None
     }
+
+    /// [`resource_set`](Self::resource_set), but only if the view has it at hand: already
+    /// built since its last change, so that handing it out is a pointer copy.
+    ///
+    /// A client that is up to date needs the set only to rebase its holdings on (see
+    /// [`resource_set`](Self::resource_set)); after a change it holds the changed resources as
+    /// exceptions until it rebases. When many clients share a view, one builds the set and the
+    /// others take it; when each view has its own client (one snapshot per node), building the
+    /// set after every change would make each change cost O(resources) per view, so the core
+    /// asks with this and builds the set only every so many changes. The default is
+    /// [`resource_set`](Self::resource_set): right for a view whose set costs nothing to make.
+    fn built_resource_set(&self) -> Option<ResourceSet<Self::Resource>> {
+        self.resource_set()
+    }
 }
 
 /// Every resource of a view at one moment, ordered by name: shared by every client that holds

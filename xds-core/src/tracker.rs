@@ -46,7 +46,18 @@ pub(crate) struct Tracker<R> {
     deferred: BTreeSet<String>,
     /// The view revision the held state was last compared at; `None`: compare everything.
     synced: Option<u64>,
+    /// How many exceptions `held` kept when the base was last set: the ones since are the
+    /// changes the client took on top of the base (see [`REBASE_AFTER`]).
+    held_at_rebase: usize,
 }
+
+/// How many changes an up-to-date client holds on top of its base before its comparison asks
+/// the view to build a new set to rebase on ([`View::resource_set`]); until then it takes the
+/// view's set only if some other client had it built ([`View::built_resource_set`]). Building a
+/// set costs O(resources): with one client per view (a snapshot per node), rebasing at every
+/// change made each change O(resources) per client. The price is at most this many handles per
+/// client and type beyond its base.
+const REBASE_AFTER: usize = 32;
 
 impl<R> Default for Tracker<R> {
     fn default() -> Self {
@@ -58,6 +69,7 @@ impl<R> Default for Tracker<R> {
             forced_globs: BTreeSet::new(),
             deferred: BTreeSet::new(),
             synced: None,
+            held_at_rebase: 0,
         }
     }
 }
@@ -248,6 +260,7 @@ impl<R: Resource> Tracker<R> {
                 self.held = HeldMap::default();
                 self.ttls.clear();
                 self.base = Some(set);
+                self.held_at_rebase = 0;
             }
             None => view.for_each(&mut |r| self.hold(r.shared_name(), Held::Sent(r.clone()))),
         }
@@ -437,7 +450,13 @@ impl<R: Resource> Tracker<R> {
         removals: Removals,
     ) -> (Diff<R>, Commit<R>) {
         // A base is for own-name holdings of plain types: aliases (VHDS) keep per-name state.
-        let set = if traits.aliases { None } else { view.resource_set() };
+        let set = if traits.aliases {
+            None
+        } else if self.wants_base() {
+            view.resource_set()
+        } else {
+            view.built_resource_set()
+        };
         let set = set.filter(|set| !set.any_ttl());
         let mut commit = Commit {
             changes: Vec::new(),
@@ -456,6 +475,15 @@ impl<R: Resource> Tracker<R> {
         // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
         diff.recheck.extend(self.forced_globs.iter().cloned());
         (diff, commit)
+    }
+
+    /// Whether the next comparison should have the view build its set if it has none at hand:
+    /// for a first comparison (a joining or resynced client is sent from the set whole), and
+    /// once the client holds [`REBASE_AFTER`] changes on top of its base.
+    fn wants_base(&self) -> bool {
+        self.synced.is_none()
+            || self.base.is_none()
+            || self.held.len() >= self.held_at_rebase.saturating_add(REBASE_AFTER)
     }
 
     /// Records the outcome of [`compare`](Self::compare) as sent, for the same subscription.
@@ -611,6 +639,7 @@ impl<R: Resource> Tracker<R> {
             HeldRef::Declared(_) | HeldRef::Absent => true,
         });
         self.base = Some(set);
+        self.held_at_rebase = self.held.len();
     }
 
     /// Compares every candidate name: the slow path, for clients that hold something and whose

@@ -176,7 +176,7 @@ impl SnapshotCache {
             types.extend(snapshot.types().cloned());
             types.sort();
             types.dedup();
-            let empty = BTreeMap::new();
+            let empty = super::Resources::new();
             let none = BTreeSet::new();
             // Derived (`to_builder`) from the snapshot served now: only the names the builder
             // touched can differ, the tables hold exactly the old snapshot.
@@ -265,7 +265,7 @@ impl SnapshotCache {
             let mut data = write(&state.data);
             data.snapshot = None;
             // Deleting (not dropping) keeps revisions growing, so streams that come back stay exact.
-            let empty = BTreeMap::new();
+            let empty = super::Resources::new();
             for table in data.tables.values_mut() {
                 table.replace_all(&empty);
             }

@@ -3,9 +3,10 @@
 //! takes its endpoints from an LEDS glob collection (rule C2) that has no member in the snapshot:
 //! the client would get a locality with no endpoints, the same outage as a missing assignment.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use xds_proto::{Reference, ResourceType, TypeUrl, references_of_encoded};
+use xds_proto::{EncodedResource, Reference, ResourceType, TypeUrl, references_of_encoded};
 
 use super::Snapshot;
 
@@ -73,9 +74,32 @@ impl Snapshot {
     /// Other references (routes to clusters, transport sockets to secrets) are not checked: those
     /// resources are often served from elsewhere (static clusters, file-based SDS).
     pub fn check_consistency(&self) -> Result<(), ConsistencyError> {
+        self.check_where(|from_type| {
+            Box::new(self.map(&TypeUrl::Builtin(from_type)).into_iter().flat_map(|m| m.values()))
+        })
+    }
+
+    /// [`check_consistency`](Self::check_consistency) of the resources named in `touched` only:
+    /// enough when everything else was checked before and nothing was removed since.
+    pub(super) fn check_names(
+        &self,
+        touched: &BTreeMap<TypeUrl, BTreeSet<String>>,
+    ) -> Result<(), ConsistencyError> {
+        self.check_where(|from_type| {
+            let type_url = TypeUrl::Builtin(from_type);
+            let names = touched.get(&type_url).into_iter().flatten();
+            Box::new(names.filter_map(move |name| self.get(&type_url, name)))
+        })
+    }
+
+    /// Checks the references of the resources `referrers` gives for each type that makes one.
+    fn check_where<'a>(
+        &'a self,
+        referrers: impl Fn(ResourceType) -> Box<dyn Iterator<Item = &'a EncodedResource> + 'a>,
+    ) -> Result<(), ConsistencyError> {
         let mut missing = Vec::new();
         for (from_type, to_type) in CHECKED_REFERENCES {
-            for resource in self.resources(&TypeUrl::Builtin(from_type)) {
+            for resource in referrers(from_type) {
                 // A resource that does not decode names nothing; the client will reject it.
                 let refs = references_of_encoded(resource.type_url(), resource.value())
                     .unwrap_or_default();

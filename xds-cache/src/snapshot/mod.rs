@@ -5,6 +5,7 @@ mod consistency;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,7 +14,13 @@ use xds_proto::{EncodeError, EncodedResource, Reference, TypeUrl, XdsResource};
 pub use cache::{GroupStatus, SnapshotCache};
 pub use consistency::{CHECKED_REFERENCES, ConsistencyError, MissingReference};
 
-type Resources = Arc<BTreeMap<String, EncodedResource>>;
+/// One type's resources by name: a persistent B-tree, so that a snapshot derived with
+/// [`Snapshot::to_builder`] shares with its base every node its changes did not touch. One
+/// `add` to a derived builder copies O(log n) nodes, not the whole map: a configuration served as
+/// one snapshot per node (a thousand groups holding the same ten thousand resources) changes one
+/// resource in every group at a cost that does not grow with the resources. Keyed by the
+/// resource's own shared name, so a name is never copied.
+pub(crate) type Resources = imbl::OrdMap<Arc<str>, EncodedResource>;
 
 /// Snapshot identities: every [`SnapshotBuilder::build`] takes the next one. 0 is the empty
 /// `Snapshot::default()`.
@@ -24,6 +31,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 struct Derivation {
     base: u64,
+    /// Whether the base passed the consistency check (rule O3): then only what the builder
+    /// touched needs checking, as long as it removed nothing.
+    base_checked: bool,
     touched: BTreeMap<TypeUrl, BTreeSet<String>>,
 }
 
@@ -44,6 +54,8 @@ pub struct Snapshot {
     id: u64,
     /// What changed since the snapshot this one was derived from, if it was.
     derived: Option<Arc<Derivation>>,
+    /// Whether this snapshot passed the consistency check ([`SnapshotBuilder::build`]).
+    checked: bool,
 }
 
 impl Snapshot {
@@ -54,7 +66,11 @@ impl Snapshot {
 
     /// A builder that starts from this snapshot's resources (shared, not re-encoded).
     pub fn to_builder(&self) -> SnapshotBuilder {
-        SnapshotBuilder { types: self.types.clone(), base: Some(self.id), touched: BTreeMap::new() }
+        SnapshotBuilder {
+            types: self.types.clone(),
+            base: Some(Base { id: self.id, checked: self.checked }),
+            touched: BTreeMap::new(),
+        }
     }
 
     /// Whether `other` is this very snapshot (a clone of it, or of the same build): then both
@@ -76,6 +92,19 @@ impl Snapshot {
         base: &Snapshot,
     ) -> Option<&BTreeMap<TypeUrl, BTreeSet<String>>> {
         self.derived.as_deref().filter(|d| d.base == base.id).map(|d| &d.touched)
+    }
+
+    /// The names the builder touched, when this snapshot was derived from a checked one and
+    /// every touched name is still here (an add or a replace, never a removal): then every
+    /// reference of the untouched resources still resolves, and only the touched resources'
+    /// own references need checking.
+    fn only_additions_to_checked(&self) -> Option<&BTreeMap<TypeUrl, BTreeSet<String>>> {
+        let derived = self.derived.as_deref().filter(|d| d.base_checked)?;
+        let all_present = derived.touched.iter().all(|(t, names)| {
+            let map = self.types.get(t);
+            names.iter().all(|n| map.is_some_and(|m| m.contains_key(n.as_str())))
+        });
+        all_present.then_some(&derived.touched)
     }
 
     /// The resources of one type, by name.
@@ -114,22 +143,29 @@ impl Snapshot {
     /// the other and that type was not touched).
     pub(crate) fn shares(&self, other: &Snapshot, type_url: &TypeUrl) -> bool {
         match (self.types.get(type_url), other.types.get(type_url)) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (Some(a), Some(b)) => a.ptr_eq(b),
             _ => false,
         }
     }
 
-    pub(crate) fn map(&self, type_url: &TypeUrl) -> Option<&BTreeMap<String, EncodedResource>> {
-        self.types.get(type_url).map(|m| &**m)
+    pub(crate) fn map(&self, type_url: &TypeUrl) -> Option<&Resources> {
+        self.types.get(type_url)
     }
+}
+
+/// What a builder remembers of the snapshot it was derived from.
+#[derive(Clone, Copy, Debug)]
+struct Base {
+    id: u64,
+    checked: bool,
 }
 
 /// Collects the resources of a [`Snapshot`].
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotBuilder {
     types: BTreeMap<TypeUrl, Resources>,
-    /// The identity of the snapshot this builder started from (`to_builder`).
-    base: Option<u64>,
+    /// The snapshot this builder started from (`to_builder`).
+    base: Option<Base>,
     /// The names added or removed since, by type (kept only when there is a base).
     touched: BTreeMap<TypeUrl, BTreeSet<String>>,
 }
@@ -147,19 +183,15 @@ impl SnapshotBuilder {
             self.touch(resource.type_url(), resource.name());
         }
         let map = self.types.entry(resource.type_url().clone()).or_default();
-        Arc::make_mut(map).insert(resource.name().to_owned(), resource);
+        map.insert(resource.shared_name(), resource);
         self
     }
 
     /// Removes a resource, if present.
     pub fn remove(&mut self, type_url: &TypeUrl, name: &str) -> &mut Self {
-        if let Some(map) = self.types.get_mut(type_url)
-            && map.contains_key(name)
-        {
-            Arc::make_mut(map).remove(name);
-            if self.base.is_some() {
-                self.touch(type_url, name);
-            }
+        let removed = self.types.get_mut(type_url).is_some_and(|m| m.remove(name).is_some());
+        if removed && self.base.is_some() {
+            self.touch(type_url, name);
         }
         self
     }
@@ -196,9 +228,17 @@ impl SnapshotBuilder {
     /// it. Checked by default, since a dangling reference leaves a client waiting for a
     /// resource that never comes; [`build_unchecked`](Self::build_unchecked) is the escape for a
     /// snapshot meant to be partial.
+    ///
+    /// A builder derived with [`Snapshot::to_builder`] from a snapshot that was itself built with
+    /// `build`, and that only added or replaced resources, checks only those: O(touched), not
+    /// O(resources), since nothing it did can break a reference it did not make.
     pub fn build(&self) -> Result<Snapshot, ConsistencyError> {
-        let snapshot = self.build_unchecked();
-        snapshot.check_consistency()?;
+        let mut snapshot = self.build_unchecked();
+        match snapshot.only_additions_to_checked() {
+            Some(touched) => snapshot.check_names(touched)?,
+            None => snapshot.check_consistency()?,
+        }
+        snapshot.checked = true;
         Ok(snapshot)
     }
 
@@ -209,9 +249,14 @@ impl SnapshotBuilder {
         Snapshot {
             types: self.types.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            derived: self
-                .base
-                .map(|base| Arc::new(Derivation { base, touched: self.touched.clone() })),
+            derived: self.base.map(|base| {
+                Arc::new(Derivation {
+                    base: base.id,
+                    base_checked: base.checked,
+                    touched: self.touched.clone(),
+                })
+            }),
+            checked: false,
         }
     }
 
@@ -231,5 +276,8 @@ fn resolves_in(types: &BTreeMap<TypeUrl, Resources>, reference: &Reference) -> b
         return map.contains_key(name);
     }
     // Names are keyed by their normal form, so the members sit in one range under the prefix.
-    xds_core::xdstp::under_prefix(map, name).any(|(n, _)| xds_core::xdstp::is_member(n, name))
+    let Some((prefix, _)) = xds_core::xdstp::glob_prefix(name) else { return false };
+    map.range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(|(n, _)| n.starts_with(prefix))
+        .any(|(n, _)| xds_core::xdstp::is_member(n, name))
 }

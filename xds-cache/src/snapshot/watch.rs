@@ -209,6 +209,10 @@ impl View for Rebased<'_, '_> {
         self.view.resource_set()
     }
 
+    fn built_resource_set(&self) -> Option<xds_core::ResourceSet<EncodedResource>> {
+        self.view.built_resource_set()
+    }
+
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
         // Below the floor is a revision of a group the stream was moved away from.
         revision >= self.floor && self.view.changed_since(revision.wrapping_sub(self.offset), f)
