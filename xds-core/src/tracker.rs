@@ -817,6 +817,11 @@ mod tests {
         resources: BTreeMap<String, Res>,
         log: Vec<(u64, String)>,
         set: std::cell::RefCell<Option<(u64, ResourceSet<Res>)>>,
+        /// Whether `built_resource_set` answers only from the set at hand, as the caches do
+        /// (else it builds one, as the trait's default does).
+        lazy: bool,
+        /// How many sets were built.
+        builds: std::cell::Cell<usize>,
     }
 
     impl Shared {
@@ -857,7 +862,15 @@ mod tests {
             }
             let set = ResourceSet::new(self.resources.values().cloned().collect());
             *cached = Some((self.revision(), set.clone()));
+            self.builds.set(self.builds.get() + 1);
             Some(set)
+        }
+        fn built_resource_set(&self) -> Option<ResourceSet<Res>> {
+            if !self.lazy {
+                return self.resource_set();
+            }
+            let cached = self.set.borrow();
+            cached.as_ref().filter(|(r, _)| *r == self.revision()).map(|(_, set)| set.clone())
         }
     }
 
@@ -938,6 +951,43 @@ mod tests {
         assert_eq!(tracker.deferred().iter().collect::<Vec<_>>(), ["b"]);
         let (removal, _) = tracker.compare(&sub, plain, &view, Removals::Send);
         assert_eq!(names_of(&removal), (Vec::new(), vec!["b".to_owned()]));
+    }
+
+    /// A view with one client (a snapshot per node): a change does not make the view build a
+    /// set of every resource; the client holds the changes on top of its base and rebases every
+    /// `REBASE_AFTER` changes, or at once on a set another client had built. What it holds is
+    /// the view's content throughout.
+    #[test]
+    fn a_lone_client_rebases_every_so_many_changes_not_at_each() {
+        let mut view = clusters(1_000);
+        view.lazy = true;
+        let mut n = Nonces::new();
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["*"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0.len(), 1_000);
+        assert_eq!(view.builds.get(), 1, "the joiner is sent the set whole");
+
+        let versions = ["2", "3"];
+        for i in 0..100 {
+            view.set(&format!("cluster-{:05}", i * 7), versions[i % 2]);
+            assert_eq!(exchange(&mut s, &view, &mut n).0, [format!("cluster-{:05}", i * 7)]);
+            assert!(s.tracker.held.len() <= REBASE_AFTER, "exceptions stay bounded");
+        }
+        assert_eq!(
+            view.builds.get(),
+            1 + 100 / REBASE_AFTER,
+            "a set per 32 changes, not per change"
+        );
+        let held: Vec<(&str, Option<&str>)> = s.held().collect();
+        let expected: Vec<(&str, Option<&str>)> =
+            view.resources.values().map(|r| (r.name(), Some(r.version()))).collect();
+        assert_eq!(held, expected, "held is exactly the view");
+
+        // A set another client had built is taken at once.
+        view.set("cluster-00001", "4");
+        let _ = view.resource_set();
+        let _ = exchange(&mut s, &view, &mut n);
+        assert!(s.tracker.held.is_empty(), "rebased on the set at hand");
     }
 
     #[test]
