@@ -12,7 +12,9 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 pub struct Limits {
     /// The largest request message accepted, in bytes (`ResourceExhausted` beyond; default 4 MiB).
     pub max_request_bytes: usize,
-    /// The most resource names one request may carry (`InvalidArgument` beyond; default 65,536).
+    /// The most resource names one request may carry (`InvalidArgument` beyond; default
+    /// 262,144, as `max_subscribed_names`: an Envoy of 100,000 clusters subscribes to all their
+    /// endpoints in one request, and `max_request_bytes` bounds the request's size anyway).
     pub max_names_per_request: usize,
     /// The most streams open at once across the server, REST and unary fetches included (a held
     /// long poll costs what a stream does) (`ResourceExhausted`, or HTTP 429, beyond; default
@@ -125,7 +127,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_request_bytes: 4 << 20,
-            max_names_per_request: 65_536,
+            max_names_per_request: 1 << 18,
             max_streams: 100_000,
             max_requests_per_second: 100,
             request_burst: 1_000,
