@@ -64,6 +64,10 @@ pub struct Options {
     pub brief: bool,
     /// Instead of the updates: one burst of changes (see [`burst`]).
     pub burst: Option<Burst>,
+    /// During the updates, this fraction of the clients drop their stream and connection every
+    /// second and reconnect at once, resuming with what they hold (see [`churn`]); implies
+    /// `reconnect`.
+    pub churn_rate: Option<f64>,
 }
 
 /// Sampling the server in the background during a run.
@@ -139,7 +143,8 @@ pub async fn run(o: Options) -> bool {
         names: client::NameCache::default(),
         connect_permits: (o.connect_concurrency > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(o.connect_concurrency))),
-        reconnect: o.reconnect || o.restart_wait.is_some(),
+        reconnect: o.reconnect || o.restart_wait.is_some() || o.churn_rate.is_some(),
+        churn: o.churn_rate.is_some(),
     });
     let (stop, stopped) = watch::channel(false);
     let storm_start = Instant::now();
@@ -189,6 +194,7 @@ pub async fn run(o: Options) -> bool {
     }
     let after_storm = sample_server(o.server_pid);
     let me1 = sys::sample("self").unwrap_or_default();
+    let updates_start = Instant::now();
     let clusters = tracker.clusters();
     let before_updates = tracker.traffic();
 
@@ -203,7 +209,14 @@ pub async fn run(o: Options) -> bool {
         && o.updates > 0
         && let Some(trigger) = &o.trigger
     {
-        outcomes = updates(&o, trigger, &tracker, clusters).await;
+        let updating = updates(&o, trigger, &tracker, clusters);
+        outcomes = match o.churn_rate {
+            Some(rate) => tokio::select! {
+                outcomes = updating => outcomes,
+                never = churn(rate, &tracker) => match never {},
+            },
+            None => updating.await,
+        };
     }
     let final_state = if storm_ok {
         // The last update of each cluster wins; a cluster whose last trigger failed is unknown.
@@ -218,6 +231,7 @@ pub async fn run(o: Options) -> bool {
     };
     let after_updates = sample_server(o.server_pid);
     let me2 = sys::sample("self").unwrap_or_default();
+    let updates_wall = updates_start.elapsed();
     let total_traffic = tracker.traffic();
     let samples = sampler.map(Sampler::finish);
 
@@ -384,7 +398,7 @@ pub async fn run(o: Options) -> bool {
         );
     }
     let resent = tracker.resent_total();
-    if o.reconnect || o.restart_wait.is_some() {
+    if o.reconnect || o.restart_wait.is_some() || o.churn_rate.is_some() {
         let _ = writeln!(
             out,
             "reconnections: {} (streams re-established after a break)",
@@ -395,6 +409,12 @@ pub async fn run(o: Options) -> bool {
             "resent after reconnect: {resent} ({} Clusters)",
             tracker.resent_clusters_total()
         );
+    }
+    if let Some(rate) = o.churn_rate {
+        let server_cpu = after_updates.zip(after_storm).map(|(s2, s1)| s2.cpu_s - s1.cpu_s);
+        for line in churn_lines(rate, &tracker, updates_wall, server_cpu, me2.cpu_s - me1.cpu_s) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let final_ok = final_state.as_ref().is_none_or(|f| f.passed());
     if let Some(f) = &final_state {
@@ -442,6 +462,71 @@ pub async fn run(o: Options) -> bool {
     };
     let restarted = (restart.is_none() && failover.is_none()) || (restart_ok && resent_owed == 0);
     storm_ok && failed == 0 && failed_clients == 0 && final_ok && restarted && burst_ok
+}
+
+/// Drops the stream of `rate` of the clients every second, spread evenly over the second, taking
+/// the clients in turn (client 0, 1, ...: each is dropped every `1 / rate` seconds, and the run
+/// is the same every time). A client still on its way back from its last drop, or stuck, is
+/// passed over for the next. Runs until dropped.
+async fn churn(rate: f64, tracker: &Tracker) -> std::convert::Infallible {
+    let clients = tracker.clients().max(1);
+    let per_second = (rate * clients as f64).round().max(1.0);
+    // Half a period in: the first drop does not come with the first trigger (the updates start
+    // now too), so that drops do not meet updates in step. Missed ticks are caught up: the rate
+    // holds even when this runtime lags.
+    let period = Duration::from_secs_f64(1.0 / per_second);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period / 2, period);
+    let mut next = 0;
+    loop {
+        tick.tick().await;
+        for _ in 0..clients {
+            let client = next;
+            next = (next + 1) % clients;
+            if tracker.kick(client) {
+                break;
+            }
+        }
+    }
+}
+
+/// The churn's figures: drops, what resumed streams were sent, how long the way back took, and
+/// the CPU of both sides over the update phase (`wall` long).
+fn churn_lines(
+    rate: f64,
+    tracker: &Tracker,
+    wall: Duration,
+    server_cpu: Option<f64>,
+    load_cpu: f64,
+) -> Vec<String> {
+    let wall_s = wall.as_secs_f64().max(1e-3);
+    let times = tracker.resync_times();
+    let cores = |cpu: f64| format!("{cpu:.2} s, {:.0} % of a core", cpu * 100.0 / wall_s);
+    vec![
+        format!(
+            "churn: {:.0} % of the clients per second over {wall_s:.1} s: {} streams dropped by the clients, {} reconnections",
+            rate * 100.0,
+            tracker.kicks(),
+            tracker.reconnects(),
+        ),
+        format!(
+            "churn: resumed streams sent {} resources the client held at that version ({} Clusters) and {} it did not (new or changed while away)",
+            tracker.resent_total(),
+            tracker.resent_clusters_total(),
+            tracker.resumed_new_total(),
+        ),
+        format!(
+            "churn: drop -> first response on the new stream p50 {} p99 {} max {} ({} streams)",
+            ms(percentile(&times, 50.0)),
+            ms(percentile(&times, 99.0)),
+            ms(times.last().copied().unwrap_or(0)),
+            times.len(),
+        ),
+        format!(
+            "churn: CPU over the update phase: server {}, xds-load {}",
+            server_cpu.map_or("-".to_owned(), cores),
+            cores(load_cpu),
+        ),
+    ]
 }
 
 /// `server RSS (N samples every S): first .., after the storm .., max .., last ..`.

@@ -8,7 +8,8 @@
 //!
 //! It also keeps, per client, the port it holds of every cluster an update changes (to check the
 //! final state), its stream sessions (to see reconnections), and counts what was sent again after
-//! a reconnection.
+//! a reconnection. With churn, the coordinator asks clients to drop their stream ([`Tracker::kick`])
+//! and the tracker times each one's way back.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -147,6 +148,14 @@ struct Sessions {
     synced_at: AtomicU64,
     /// The index (in the server list) of the server of the current or last stream.
     server: AtomicU32,
+    /// The stream (its number in `opened`) the coordinator asked the client to drop (0: none):
+    /// a request that comes late, for a stream that broke meanwhile, drops nothing.
+    kick: AtomicU32,
+    /// When the coordinator asked for the drop: microseconds from the tracker's start, +1 (0: no
+    /// drop awaits its new stream's first response).
+    kicked_at: AtomicU64,
+    /// Wakes the client's stream when a drop is asked for.
+    wake: tokio::sync::Notify,
 }
 
 /// Shared by the clients and the coordinator.
@@ -175,6 +184,15 @@ pub struct Tracker {
     /// Of those, Clusters (a full-state type: never owed again to a client resuming at its
     /// version, SotW or delta).
     resent_clusters: AtomicU64,
+    /// Resources received on a resumed stream before the next update began that the client did
+    /// not hold at that version: what the client missed while away (legitimately sent).
+    resumed_new: AtomicU64,
+    /// Streams dropped on the coordinator's request (churn).
+    kicks: AtomicU64,
+    /// Per drop whose new stream got its first response: microseconds from the drop to it.
+    resync_us: Mutex<Vec<u32>>,
+    /// Updates begun so far: a resumed stream's first responses come before the next one.
+    begun: AtomicU64,
 }
 
 /// Per client, the first time something happened: microseconds from the start, +1 (0: not yet).
@@ -224,6 +242,10 @@ impl Tracker {
             reconnects: AtomicU64::new(0),
             resent: AtomicU64::new(0),
             resent_clusters: AtomicU64::new(0),
+            resumed_new: AtomicU64::new(0),
+            kicks: AtomicU64::new(0),
+            resync_us: Mutex::new(Vec::new()),
+            begun: AtomicU64::new(0),
         }
     }
 
@@ -315,6 +337,66 @@ impl Tracker {
         self.resent_clusters.load(SeqCst)
     }
 
+    /// A client received, on a resumed stream before the next update began, `n` resources it did
+    /// not hold at that version.
+    pub fn resumed_new(&self, n: u64) {
+        self.resumed_new.fetch_add(n, SeqCst);
+    }
+
+    /// Resources sent new or changed on resumed streams, by every client.
+    pub fn resumed_new_total(&self) -> u64 {
+        self.resumed_new.load(SeqCst)
+    }
+
+    /// Updates begun so far.
+    pub fn updates_begun(&self) -> u64 {
+        self.begun.load(SeqCst)
+    }
+
+    /// Asks `client` to drop its stream and connection and reconnect at once (churn). Only a
+    /// client whose stream is up and answered is asked (one still on its way back is left
+    /// alone), and never a stuck one; whether it was asked.
+    pub fn kick(&self, client: usize) -> bool {
+        let Some(s) = self.sessions.get(client) else { return false };
+        let opened = s.opened.load(SeqCst);
+        if self.is_stuck(client)
+            || !s.up.load(SeqCst)
+            || opened == 0
+            || s.synced.load(SeqCst) != opened
+            || s.kick.load(SeqCst) == opened
+        {
+            return false;
+        }
+        s.kicked_at.store(self.now_us() + 1, SeqCst);
+        s.kick.store(opened, SeqCst);
+        s.wake.notify_one();
+        self.kicks.fetch_add(1, SeqCst);
+        true
+    }
+
+    /// Resolves once the coordinator asks `client` to drop its stream number `session`.
+    pub async fn kicked(&self, client: usize, session: u32) {
+        let s = &self.sessions[client];
+        // A wake-up with no waiter is kept for the next wait: no request is missed between the
+        // check and the wait. One meant for an earlier stream is skipped.
+        while s.kick.load(SeqCst) != session {
+            s.wake.notified().await;
+        }
+    }
+
+    /// Streams dropped on the coordinator's request.
+    pub fn kicks(&self) -> u64 {
+        self.kicks.load(SeqCst)
+    }
+
+    /// Per drop whose new stream was answered: microseconds from the drop to its first
+    /// response, sorted.
+    pub fn resync_times(&self) -> Vec<u32> {
+        let mut times = self.resync_us.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        times.sort_unstable();
+        times
+    }
+
     /// Microseconds since the tracker started.
     pub fn now_us(&self) -> u64 {
         micros(self.start.elapsed())
@@ -355,8 +437,13 @@ impl Tracker {
         let s = &self.sessions[client];
         let opened = s.opened.load(SeqCst);
         if s.synced.load(SeqCst) != opened {
-            s.synced_at.store(self.now_us() + 1, SeqCst);
+            let now = self.now_us();
+            s.synced_at.store(now + 1, SeqCst);
             s.synced.store(opened, SeqCst);
+            if let Some(kicked) = s.kicked_at.swap(0, SeqCst).checked_sub(1) {
+                let us = u32::try_from(now.saturating_sub(kicked)).unwrap_or(u32::MAX);
+                self.resync_us.lock().unwrap_or_else(PoisonError::into_inner).push(us);
+            }
         }
     }
 
@@ -451,6 +538,7 @@ impl Tracker {
         if let Some(a) = ups.active.get(up.cluster as usize) {
             a.store(u as u32 + 1, SeqCst);
         }
+        self.begun.fetch_add(1, SeqCst);
     }
 
     /// Update `u`'s trigger answered `port`: count the clients that already hold it.
@@ -559,5 +647,27 @@ mod tests {
         t.answered(0);
         assert!(t.synced_since(0, before[0]).is_some());
         assert_eq!(t.synced_since(0, before[0] + 1), None, "no stream after that one");
+    }
+
+    #[tokio::test]
+    async fn a_kick_drops_the_current_stream_only_and_times_the_way_back() {
+        let t = Tracker::new(2, 1);
+        assert!(!t.kick(0), "no stream yet");
+        t.stream_up(0);
+        assert!(!t.kick(0), "not answered yet");
+        t.answered(0);
+        assert!(!t.kick(1), "a stuck client is never dropped");
+        assert!(t.kick(0));
+        assert!(!t.kick(0), "asked once per stream");
+        tokio::time::timeout(std::time::Duration::from_secs(1), t.kicked(0, 1))
+            .await
+            .expect("the stream asked to drop is woken");
+        t.stream_down(0);
+        t.stream_up(0);
+        let later = tokio::time::timeout(std::time::Duration::from_millis(50), t.kicked(0, 2));
+        assert!(later.await.is_err(), "the new stream is not dropped by the old request");
+        assert!(t.resync_times().is_empty());
+        t.answered(0);
+        assert_eq!((t.kicks(), t.resync_times().len()), (1, 1));
     }
 }

@@ -3,7 +3,9 @@
 //! updates over delta ADS and over SotW ADS, and a burst of 50 changes within 200 ms; and
 //! `xds-bench-server --per-node-groups 5` (a snapshot per node, 180 of the 200 clusters shared),
 //! whose nodes must be served their own resources. Passes only when every client got the initial
-//! configuration and every update (`5 passed, 0 failed`, the generator's own verdict).
+//! configuration and every update (`5 passed, 0 failed`, the generator's own verdict). With
+//! churn (`--churn-rate`), delta clients dropping and resuming during the updates must be resent
+//! nothing they hold by `xds-bench-server`, while the floor (no resumption) resends it all.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -62,6 +64,68 @@ fn a_burst_reaches_every_client_over_delta_and_sotw() {
         );
     }
     drop(server);
+}
+
+#[test]
+fn clients_resuming_under_churn_are_resent_nothing_they_hold() {
+    let (server, grpc, http, pid) =
+        start(env!("CARGO_BIN_EXE_xds-bench-server"), "xds-bench-server", &[]);
+    let report = run_churn(&grpc, &http, &pid, "xds-bench-server");
+    assert_eq!(figure(&report, "resent after reconnect: "), 0, "held resources resent:\n{report}");
+    drop(server);
+}
+
+#[test]
+fn the_floor_resends_everything_to_clients_resuming_under_churn() {
+    let (server, grpc, http, pid) =
+        start(env!("CARGO_BIN_EXE_xds-floor-server"), "xds-floor-server", &[]);
+    let report = run_churn(&grpc, &http, &pid, "xds-floor-server");
+    // Each resumed stream is sent the 200 Clusters and the 200 ClusterLoadAssignments again
+    // (the last one may not be answered yet when the report is made): the counter sees what a
+    // server resends.
+    let (resent, reconnections) =
+        (figure(&report, "resent after reconnect: "), figure(&report, "reconnections: "));
+    assert!(
+        resent > 0 && resent >= 400 * reconnections.saturating_sub(1),
+        "the floor resends all it serves:\n{report}"
+    );
+    drop(server);
+}
+
+/// 20 delta clients, 5 updates 300 ms apart, while half of the clients drop their stream every
+/// second and resume; checks that every update reached every client and that streams were
+/// dropped and resumed; answers the report.
+fn run_churn(grpc: &str, http: &str, pid: &str, name: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_xds-load"))
+        .args(["--server", &format!("http://{grpc}")])
+        .args(["--trigger", &format!("http://{http}/bench/update?i={{k}}")])
+        .args(["--stats", &format!("http://{http}/bench/stats")])
+        .args(["--clients", "20", "--mode", "delta", "--updates", "5", "--interval-ms", "300"])
+        .args(["--churn-rate", "0.5"])
+        .args(["--timeout-s", "10", "--storm-timeout-s", "20", "--settle-ms", "200"])
+        .args(["--server-pid", pid, "--brief"])
+        .output()
+        .expect("xds-load runs");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && report.lines().last() == Some("5 passed, 0 failed"),
+        "xds-load --churn-rate against {name} failed ({}):\n{report}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(figure(&report, "reconnections: ") > 0, "no stream was dropped:\n{report}");
+    assert!(report.contains("churn: drop -> first response"), "{report}");
+    report
+}
+
+/// The number that follows `label` at the start of a report line.
+fn figure(report: &str, label: &str) -> u64 {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(label))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} line:\n{report}"))
 }
 
 #[test]

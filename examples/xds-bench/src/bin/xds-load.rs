@@ -27,6 +27,10 @@
 //!   prints `READY FOR FAILOVER`, server I is meant to be killed, and its clients must move to
 //!   the others and be resent nothing (`reliability/replicas.sh`, with `--trigger-cmd` publishing
 //!   into etcd).
+//! - `--churn-rate F` (with `--updates N --interval-ms 1000`): during the updates, F of the
+//!   clients every second drop their stream and connection and reconnect at once, resuming with
+//!   what they hold (delta: `initial_resource_versions`); reports what resumed streams were sent
+//!   again, how long the way back took, and both sides' CPU.
 //! - `--burst N --burst-ms T`: instead of the updates, N changes within T ms (`/bench/burst`);
 //!   reports responses per client and the time until every client holds every last version.
 //! - `--rss-log FILE --sample-s SECS`: the server's RSS, CPU, tasks and streams every SECS, as CSV.
@@ -141,6 +145,12 @@ struct Args {
     /// sampling otherwise).
     #[arg(long, value_name = "SECS")]
     sample_s: Option<f64>,
+    /// During the updates, this fraction of the clients (0 < F <= 1) drop their stream and
+    /// connection every second, spread over the second and in turn, and reconnect at once
+    /// resuming with what they hold; reports what resumed streams were sent again, the time from
+    /// a drop to the new stream's first response, and both sides' CPU. Implies --reconnect.
+    #[arg(long, value_name = "F", conflicts_with_all = ["churn", "burst", "restart_wait_s"])]
+    churn_rate: Option<f64>,
     /// Leave the per-update table out of the report (failed updates are still listed).
     #[arg(long)]
     brief: bool,
@@ -210,6 +220,12 @@ fn main() -> std::process::ExitCode {
         );
         return std::process::ExitCode::from(2);
     }
+    if let Some(rate) = args.churn_rate
+        && !(rate > 0.0 && rate <= 1.0)
+    {
+        eprintln!("--churn-rate is a fraction of the clients: more than 0, at most 1");
+        return std::process::ExitCode::from(2);
+    }
     if args.churn.is_none() && args.stuck >= args.clients.max(1) {
         eprintln!("--stuck must be less than --clients: some clients must read");
         return std::process::ExitCode::from(2);
@@ -259,6 +275,7 @@ fn main() -> std::process::ExitCode {
         sampling: sample_every.map(|every| Sampling { source, every, log: args.rss_log }),
         brief: args.brief,
         burst,
+        churn_rate: args.churn_rate,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {

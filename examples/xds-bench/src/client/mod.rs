@@ -4,8 +4,10 @@
 //!
 //! With [`Config::reconnect`] a client whose stream or connection breaks reconnects with backoff
 //! and resumes: a delta client declares what it holds (`initial_resource_versions`), a SotW client
-//! re-requests with the versions it last got. A stuck client ([`Tracker::is_stuck`]) stops reading
-//! its stream once it holds the initial configuration.
+//! re-requests with the versions it last got. With [`Config::churn`] the coordinator also asks
+//! clients to drop their stream and connection ([`Tracker::kick`]); they come back at once and
+//! resume the same way. A stuck client ([`Tracker::is_stuck`]) stops reading its stream once it
+//! holds the initial configuration.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -57,6 +59,9 @@ pub struct Config {
     /// Whether a client whose stream or connection breaks reconnects (with backoff) and resumes;
     /// otherwise it fails.
     pub reconnect: bool,
+    /// Whether the coordinator drops streams (churn): each stream also waits for its
+    /// [`Tracker::kick`]. Implies `reconnect`.
+    pub churn: bool,
 }
 
 /// Encoded EDS name lists, shared by the clients that subscribe to the same subset (with every
@@ -112,6 +117,10 @@ struct Client<'a> {
     stuck: bool,
     /// Streams established so far.
     sessions: u32,
+    /// On a resumed stream: the number of updates begun when it was established. Until the next
+    /// one begins, what the stream brings that the client did not hold is what it missed while
+    /// away (counted apart from the updates).
+    resuming_since: Option<u64>,
     /// The index in `Config::servers` of the server of the current (or next) stream.
     server: usize,
     /// With `--reconnect`: what it holds, to resume.
@@ -154,6 +163,7 @@ impl<'a> Client<'a> {
             tx: None,
             stuck: tracker.is_stuck(id),
             sessions: 0,
+            resuming_since: None,
             server: id % config.servers.len().max(1),
             held: config.reconnect.then(Holdings::default),
             node: Node {
@@ -187,6 +197,24 @@ impl<'a> Client<'a> {
     /// Whether this is a stream after the first: what arrives may be held already.
     fn resumed(&self) -> bool {
         self.sessions > 1
+    }
+
+    /// A stream was established.
+    fn on_stream_up(&mut self) {
+        self.resuming_since = self.resumed().then(|| self.tracker.updates_begun());
+    }
+
+    /// Counts a resource received on a resumed stream, before the next update began, that the
+    /// client did not hold at that version (`same`: it did).
+    fn count_resumed(&mut self, same: bool) {
+        if same || self.held.is_none() {
+            return;
+        }
+        match self.resuming_since {
+            Some(since) if since == self.tracker.updates_begun() => self.tracker.resumed_new(1),
+            Some(_) => self.resuming_since = None,
+            None => {}
+        }
     }
 
     /// The first requests of a stream: every cluster (the node goes with it only) and, on a
@@ -302,7 +330,7 @@ impl<'a> Client<'a> {
         // Full state: what the response does not name is gone, so the holdings are rebuilt.
         let old = self.held.as_mut().map(|h| std::mem::take(&mut h.cds));
         let mut next = Vec::new();
-        let mut resent = 0;
+        let (mut resent, mut new) = (0, 0);
         proto::sotw_resources(message, |body| {
             let (prefix, index) = split_index(proto::cluster_name(body)?)?;
             self.check_prefix(prefix)?;
@@ -310,7 +338,9 @@ impl<'a> Client<'a> {
             if let Some(old) = &old {
                 let (i, identity) = (index as usize, body_hash(body));
                 let before = old.get(i).and_then(|v| v.as_deref());
-                resent += u64::from(before == Some(&identity[..]));
+                let same = before == Some(&identity[..]);
+                resent += u64::from(same);
+                new += u32::from(!same);
                 hold(&mut next, i, Some(&identity));
             }
             Ok(())
@@ -320,6 +350,9 @@ impl<'a> Client<'a> {
             if self.resumed() {
                 self.tracker.resent_clusters(resent);
             }
+        }
+        for _ in 0..new {
+            self.count_resumed(false);
         }
         self.clusters = indices.len();
         self.scratch = indices;
@@ -341,11 +374,16 @@ impl<'a> Client<'a> {
             self.check_prefix(prefix)?;
             let i = index as usize;
             let resumed = self.resumed();
-            if let Some(held) = &mut self.held
-                && hold(&mut held.cds, i, version)
+            let same = self.held.as_mut().map(|held| hold(&mut held.cds, i, version));
+            if let Some(same) = same
                 && resumed
             {
-                self.tracker.resent_clusters(1);
+                if same {
+                    self.tracker.resent_clusters(1);
+                }
+                if add {
+                    self.count_resumed(same);
+                }
             }
             if i >= self.present.len() {
                 self.present.resize(i + 1, false);
@@ -431,11 +469,17 @@ impl<'a> Client<'a> {
             return Ok(());
         }
         let resumed = self.resumed();
-        if let Some(held) = &mut self.held
-            && hold(&mut held.eds, index as usize, identity.filter(|_| port.is_some()))
+        let identity = identity.filter(|_| port.is_some());
+        let same = self.held.as_mut().map(|held| hold(&mut held.eds, index as usize, identity));
+        if let Some(same) = same
             && resumed
         {
-            self.tracker.resent(1);
+            if same {
+                self.tracker.resent(1);
+            }
+            if port.is_some() {
+                self.count_resumed(same);
+            }
         }
         let held = match port {
             None => NONE,

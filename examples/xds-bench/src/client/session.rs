@@ -1,5 +1,5 @@
 //! A client's streams: connecting, (re)subscribing, reading until the stream breaks, and
-//! reconnecting with backoff.
+//! reconnecting with backoff (at once after a drop asked for by the churn).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +35,11 @@ pub async fn run(
         // The next stream goes to the next server (the same one when there is only one).
         client.server = (client.server + 1) % config.servers.len().max(1);
         let error = match ended {
+            // A deliberate drop is no failure to back off from: the client comes back at once.
+            Ended::Dropped => {
+                backoff.reset();
+                continue;
+            }
             Ended::Broken(e) if config.reconnect => e,
             Ended::Broken(e) | Ended::Failed(e) => {
                 tracker.client_failed(id, e.to_string());
@@ -58,6 +63,8 @@ enum Ended {
     Broken(Error),
     /// The client cannot go on (a malformed response, a closed request channel).
     Failed(Error),
+    /// The client dropped its stream and connection as the churn asked ([`Tracker::kick`]).
+    Dropped,
 }
 
 /// Connects to `server` (a connection of its own) and opens an ADS stream, SotW or delta, that
@@ -126,8 +133,23 @@ async fn session(config: &Config, client: &mut Client<'_>) -> Ended {
     };
     client.sessions += 1;
     client.tracker.stream_up(client.id);
+    client.on_stream_up();
+    let (tracker, id, number) = (client.tracker, client.id, client.sessions);
+    // Without churn no drop is ever asked for: nothing to wait for.
+    let mut kicked = std::pin::pin!(async move {
+        if config.churn {
+            tracker.kicked(id, number).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    });
     loop {
-        let message = match responses.message().await {
+        let received = tokio::select! {
+            received = responses.message() => received,
+            // Returning drops the response stream and, with it, the connection.
+            () = &mut kicked => return Ended::Dropped,
+        };
+        let message = match received {
             Ok(Some(m)) => m,
             Ok(None) => return Ended::Broken("the server ended the stream".into()),
             Err(e) => return Ended::Broken(e.into()),
