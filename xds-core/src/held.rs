@@ -161,6 +161,12 @@ impl<R: Resource> HeldMap<R> {
         self.other.retain(|_, held| keep(held.as_ref()));
     }
 
+    /// Forgets every declared version (rule D7): once a resumed client's declarations were
+    /// compared, what matched the base is held through it.
+    pub(crate) fn drop_declared(&mut self) {
+        self.other.retain(|_, held| !matches!(held, Held::Declared(_)));
+    }
+
     /// Every entry, in name order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, HeldRef<'_, R>)> {
         Merge {

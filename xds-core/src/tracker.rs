@@ -121,6 +121,9 @@ pub(crate) struct Commit<R> {
     revision: u64,
     /// The view's shared set, to become the base once nothing is put off.
     base: Option<ResourceSet<R>>,
+    /// The declared versions that matched the base were left out of `changes`
+    /// ([`Tracker::resume_diff`]): they go when the base is taken.
+    settle_declared: bool,
 }
 
 /// One name's change in what the client holds.
@@ -463,13 +466,17 @@ impl<R: Resource> Tracker<R> {
             deferred: BTreeSet::new(),
             revision: view.revision(),
             base: set.clone(),
+            settle_declared: false,
         };
         let mut diff = if self.synced.is_none() && self.holds_nothing() && !traits.aliases {
             self.first_diff(sub, view, set.as_ref(), &mut commit)
         } else {
             let forced = self.forced_with_glob_members(sub, view, set.as_ref());
             let comparing = Comparing { sub, traits, view, removals, forced: &forced };
-            self.compare_all(&comparing, set.as_ref(), &mut commit)
+            match set.as_ref().filter(|_| self.is_resuming(sub, traits)) {
+                Some(set) => self.resume_diff(&comparing, set, &mut commit),
+                None => self.compare_all(&comparing, set.as_ref(), &mut commit),
+            }
         };
         diff.answer_owed = !self.forced_globs.is_empty();
         // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
@@ -488,7 +495,7 @@ impl<R: Resource> Tracker<R> {
 
     /// Records the outcome of [`compare`](Self::compare) as sent, for the same subscription.
     pub(crate) fn commit(&mut self, commit: Commit<R>, sub: &Subscription) {
-        let Commit { changes, deferred, revision, base } = commit;
+        let Commit { changes, deferred, revision, base, settle_declared } = commit;
         for change in changes {
             match change {
                 Holding::Hold(key, held) => self.hold(key, held),
@@ -508,6 +515,11 @@ impl<R: Resource> Tracker<R> {
         if let Some(set) = base
             && self.deferred.is_empty()
         {
+            // The declarations that matched the set are held through it from now on. (While
+            // a removal is put off there is no rebase, and they stay declared: still exact.)
+            if settle_declared {
+                self.held.drop_declared();
+            }
             self.rebase(set);
         }
     }
@@ -642,12 +654,77 @@ impl<R: Resource> Tracker<R> {
         self.held_at_rebase = self.held.len();
     }
 
+    /// Whether this is the first comparison of a client that reconnected declaring what it
+    /// holds (rule D7), with nothing else on its books: every exception is a declaration, and
+    /// no glob or alias asks for per-name work.
+    fn is_resuming(&self, sub: &Subscription, traits: TypeTraits) -> bool {
+        self.synced.is_none()
+            && self.base.is_none()
+            && !traits.aliases
+            && sub.globs().is_empty()
+            && self.forced_globs.is_empty()
+            && self.deferred.is_empty()
+            && !self.held.is_empty()
+            && self.held.iter().all(|(_, held)| matches!(held, HeldRef::Declared(_)))
+    }
+
+    /// The first comparison of a resuming client ([`is_resuming`](Self::is_resuming)): one merge
+    /// of its declarations with the view's set, in name order. A name declared at the set's
+    /// version, and wanted, is settled by taking the set as the base: no lookup, no per-name
+    /// record. Every other name (declared at another version or gone, wanted and not declared,
+    /// subscribed and absent, forced) is compared as [`compare_all`](Self::compare_all) would.
+    /// A reconnecting proxy of 10,000 clusters that missed nothing costs one pass, not 10,000
+    /// comparisons and records (measured: a resumption cost 10 to 15 times a fresh join).
+    fn resume_diff<V: View<Resource = R> + ?Sized>(
+        &self,
+        comparing: &Comparing<'_, V>,
+        set: &ResourceSet<R>,
+        commit: &mut Commit<R>,
+    ) -> Diff<R> {
+        let Comparing { sub, forced, .. } = *comparing;
+        let wanted = |name: &str| sub.is_wildcard() || sub.has_name(name);
+        let mut names = BTreeSet::new();
+        let mut declared = self.held.iter().peekable();
+        for r in set.iter() {
+            while let Some((name, _)) = declared.next_if(|(n, _)| *n < r.name()) {
+                names.insert(name.to_owned());
+            }
+            match declared.next_if(|(n, _)| *n == r.name()) {
+                Some((name, HeldRef::Declared(v)))
+                    if v == r.version() && wanted(name) && !forced.contains(name) => {}
+                Some((name, _)) => {
+                    names.insert(name.to_owned());
+                }
+                None if wanted(r.name()) => {
+                    names.insert(r.name().to_owned());
+                }
+                None => {}
+            }
+        }
+        names.extend(declared.map(|(name, _)| name.to_owned()));
+        names.extend(sub.names().iter().filter(|n| set.get(n).is_none()).cloned());
+        names.extend(forced.iter().cloned());
+        commit.settle_declared = true;
+        self.compare_names(names, comparing, commit)
+    }
+
     /// Compares every candidate name: the slow path, for clients that hold something and whose
     /// view cannot tell what changed (or for the first comparison of a reconnected client).
     fn compare_all<V: View<Resource = R> + ?Sized>(
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
+        commit: &mut Commit<R>,
+    ) -> Diff<R> {
+        let names = self.candidates(comparing, set);
+        self.compare_names(names, comparing, commit)
+    }
+
+    /// Compares each of `names` ([`compare_name`](Self::compare_name)).
+    fn compare_names<V: View<Resource = R> + ?Sized>(
+        &self,
+        names: BTreeSet<String>,
+        comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
         let mut found = Found {
@@ -661,7 +738,7 @@ impl<R: Resource> Tracker<R> {
                 answer_owed: false,
             },
         };
-        for name in self.candidates(comparing, set) {
+        for name in names {
             self.compare_name(&name, comparing, &mut found, commit);
         }
         let Found { send, mut diff } = found;
@@ -822,6 +899,8 @@ mod tests {
         lazy: bool,
         /// How many sets were built.
         builds: std::cell::Cell<usize>,
+        /// How many resources were looked up by name.
+        gets: std::cell::Cell<usize>,
     }
 
     impl Shared {
@@ -844,6 +923,7 @@ mod tests {
             self.revision().to_string()
         }
         fn get(&self, name: &str) -> Option<Res> {
+            self.gets.set(self.gets.get() + 1);
             self.resources.get(name).cloned()
         }
         fn for_each(&self, f: &mut dyn FnMut(&Res)) {
@@ -951,6 +1031,52 @@ mod tests {
         assert_eq!(tracker.deferred().iter().collect::<Vec<_>>(), ["b"]);
         let (removal, _) = tracker.compare(&sub, plain, &view, Removals::Send);
         assert_eq!(names_of(&removal), (Vec::new(), vec!["b".to_owned()]));
+    }
+
+    /// Rule D7 at scale: a client reconnecting with 1,000 declared versions is sent only what
+    /// differs (a changed one, a new one) and told what is gone, in one merge with the view's
+    /// set: the 998 that match are neither looked up nor recorded one by one, and afterwards the
+    /// client holds exactly the view through the shared set, with no exception left.
+    #[test]
+    fn d07_a_resumed_client_is_compared_in_one_pass_and_settles_on_the_shared_set() {
+        let mut view = clusters(1_000);
+        let declared: BTreeMap<String, String> =
+            view.resources.keys().map(|n| (n.clone(), "1".to_owned())).collect();
+        view.set("cluster-00003", "2");
+        view.delete("cluster-00500");
+        view.set("cluster-99999", "1");
+        let mut n = Nonces::new();
+        for names in [vec!["*"], Vec::new()] {
+            // Wildcard (CDS), then by name (EDS: every name declared, plus the new one).
+            let sub_by_name = names.is_empty();
+            let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+            let mut names: Vec<String> = names.into_iter().map(String::from).collect();
+            if names.is_empty() {
+                s = SubStream::new(TypeTraits { wildcard_capable: false, ..CDS });
+                names = declared.keys().cloned().collect();
+                names.push("cluster-99999".into());
+            }
+            let _ = s.handle_request(DeltaRequest {
+                subscribe: names,
+                initial_resource_versions: declared.clone(),
+                ..Default::default()
+            });
+            view.gets.set(0);
+            let (sent, removed) = exchange(&mut s, &view, &mut n);
+            assert_eq!(sent, ["cluster-00003", "cluster-99999"]);
+            assert_eq!(removed, ["cluster-00500"]);
+            assert!(view.gets.get() <= 3, "{} lookups, not one per name", view.gets.get());
+            // Nothing held beside the set but, by name, that the removed one is absent.
+            let exceptions: Vec<(&str, Option<&str>)> =
+                s.tracker.held.iter().map(|(name, held)| (name, held.version())).collect();
+            let absent = if sub_by_name { vec![("cluster-00500", None)] } else { Vec::new() };
+            assert_eq!(exceptions, absent, "every declaration settled on the shared set");
+            let held: Vec<(&str, Option<&str>)> =
+                s.held().filter(|(name, _)| *name != "cluster-00500").collect();
+            let expected: Vec<(&str, Option<&str>)> =
+                view.resources.values().map(|r| (r.name(), Some(r.version()))).collect();
+            assert_eq!(held, expected, "held is exactly the view");
+        }
     }
 
     /// A view with one client (a snapshot per node): a change does not make the view build a
