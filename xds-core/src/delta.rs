@@ -6,7 +6,6 @@ use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, Reques
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::substream::{Delta, Protocol, SubStream};
-use crate::tracker::Held;
 
 impl Protocol for Delta {
     type Request = DeltaRequest;
@@ -28,10 +27,9 @@ impl Protocol for Delta {
         let mut declared_names = Vec::new();
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
-            for (name, version) in request.initial_resource_versions {
-                sub.tracker.hold(name.as_str().into(), Held::Declared(version.into()));
-                declared_names.push(name);
-            }
+            let declared = &request.initial_resource_versions;
+            sub.tracker.declare(declared.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            declared_names = request.initial_resource_versions.into_keys().collect();
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
         let change = sub.subscription.apply_delta(

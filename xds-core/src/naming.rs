@@ -209,6 +209,12 @@ impl Naming {
                 out.unsubscribe.push(normal);
             }
         }
+        if !initial.keys().any(|n| xdstp::is_xdstp(n)) {
+            // Plain names are their own normal form: a resuming proxy's 10,000 declarations are
+            // taken as they came, not copied and re-inserted one by one.
+            out.initial = initial;
+            return out;
+        }
         for (name, version) in initial {
             // A declared name that is not valid cannot be held under any name the server knows.
             if let Ok(normal) = self.normal(&name) {
