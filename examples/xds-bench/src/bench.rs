@@ -65,7 +65,7 @@ pub struct Options {
     /// Instead of the updates: one burst of changes (see [`burst`]).
     pub burst: Option<Burst>,
     /// During the updates, this fraction of the clients drop their stream and connection every
-    /// second and reconnect at once, resuming with what they hold (see [`churn`]); implies
+    /// second and reconnect at once, resuming with what they hold (see [`crate::churn`]); implies
     /// `reconnect`.
     pub churn_rate: Option<f64>,
 }
