@@ -27,8 +27,7 @@ impl Protocol for Delta {
         let mut declared_names = Vec::new();
         if first {
             // Rule D7: what the client says it holds is held; it is sent only what differs.
-            let declared = &request.initial_resource_versions;
-            sub.tracker.declare(declared.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            sub.tracker.declare(&request.initial_resource_versions);
             declared_names = request.initial_resource_versions.into_keys().collect();
         }
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.

@@ -246,14 +246,16 @@ impl<R: Resource> Tracker<R> {
         self.held.insert(key, held);
     }
 
-    /// Records the versions a reconnecting client declares it holds (rule D7), in name order.
-    pub(crate) fn declare<'a>(&mut self, declared: impl Iterator<Item = (&'a str, &'a str)>) {
-        let declared = declared.map(|(name, version)| {
-            // A declared version replaces what was held, and with it any TTL.
-            self.ttls.remove(name);
-            (Arc::from(name), Box::from(version))
-        });
-        self.held.declare(declared.collect::<Vec<_>>().into_iter());
+    /// Records the versions a reconnecting client declares it holds (rule D7).
+    pub(crate) fn declare(&mut self, declared: &BTreeMap<String, String>) {
+        // A declared version replaces what was held, and with it any TTL.
+        if !self.ttls.is_empty() {
+            for name in declared.keys() {
+                self.ttls.remove(name.as_str());
+            }
+        }
+        self.held
+            .declare(declared.iter().map(|(n, v)| (Arc::from(n.as_str()), Box::from(v.as_str()))));
     }
 
     /// Forgets what the client holds under `name`.
