@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
+use crate::subscription::NameSet;
 use crate::substream::{Delta, Protocol, SubStream};
 
 impl Protocol for Delta {
@@ -12,6 +13,14 @@ impl Protocol for Delta {
     type Response<R: Resource> = DeltaResponse<R>;
 
     fn handle<R: Resource>(sub: &mut SubStream<Self, R>, mut request: DeltaRequest) -> Handled {
+        // A set the server found stands for its names listed; unless some name is refused now
+        // or was before, when each name goes through the naming below as if listed.
+        let mut set = request.subscribe_set.take();
+        if !sub.naming.admits_as_listed(&request.denied)
+            && let Some(set) = set.take()
+        {
+            request.subscribe.extend(set.iter().map(str::to_owned));
+        }
         // Rule C1: every name is normalized once, here; refused names go no further.
         let names = sub.naming.admit_delta(
             std::mem::take(&mut request.subscribe),
@@ -33,6 +42,7 @@ impl Protocol for Delta {
         // Rule D1: a stale nonce voids the ACK meaning, but the subscription changes still apply.
         let change = sub.subscription.apply_delta(
             &request.subscribe,
+            set.as_ref(),
             &request.unsubscribe,
             first,
             sub.traits.wildcard_capable,
@@ -46,7 +56,8 @@ impl Protocol for Delta {
         // has not been compared yet is sent everything it subscribes to anyway: nothing to mark
         // (a joining proxy's 10,000 names cost no lookups here).
         if sub.tracker.has_compared() || !sub.tracker.holds_nothing() {
-            for name in &request.subscribe {
+            let set_names = set.iter().flat_map(NameSet::iter);
+            for name in request.subscribe.iter().map(String::as_str).chain(set_names) {
                 let declared = first && sub.tracker.get(name, &sub.subscription).is_some();
                 if sub.subscription.has_name(name) && !declared {
                     sub.tracker.force(name, &sub.subscription);
@@ -67,7 +78,8 @@ impl Protocol for Delta {
             declared_names.retain(|name| !sub.subscription.covers(name));
             sub.tracker.forget(&declared_names, &sub.subscription);
         }
-        Handled { kind, subscribed: change.added, unsubscribed: change.removed }
+        let (subscribed, unsubscribed) = change.into_names();
+        Handled { kind, subscribed, unsubscribed }
     }
 
     fn respond<R: Resource, V: View<Resource = R> + ?Sized>(

@@ -73,8 +73,7 @@ impl NamesDigest {
     pub fn of(names: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Self {
         let mut digest = NamesDigest::default();
         for name in names {
-            digest.count += 1;
-            digest.hash = digest.hash.wrapping_add(hash(name.as_ref()));
+            digest.push(name.as_ref());
         }
         digest
     }
@@ -87,9 +86,22 @@ impl NamesDigest {
         NamesDigest { count, hash }
     }
 
+    /// Adds one name to a digest made as [`of`](Self::of) makes it: `of(names)` is the same as
+    /// [`push`](Self::push)ing each name onto `NamesDigest::default()`, for a caller that reads
+    /// the names one at a time from a request's bytes.
+    pub fn push(&mut self, name: &[u8]) {
+        self.count += 1;
+        self.hash = self.hash.wrapping_add(hash(name));
+    }
+
     /// How many names the list has (duplicates counted).
     pub fn count(&self) -> usize {
         self.count
+    }
+
+    /// The hash itself, as a subscription keys its shared set by it.
+    pub(crate) fn hash(&self) -> u128 {
+        self.hash
     }
 }
 

@@ -63,8 +63,8 @@ pub use digest::NamesDigest;
 pub use echo::{Echo, MAX_ECHO_BYTES, echo};
 pub use error::{ErrorDetail, ResourceError, code};
 pub use message::{
-    DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind, SotwNames, SotwRequest,
-    SotwResponse,
+    AddedNames, DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind, SotwNames,
+    SotwRequest, SotwResponse,
 };
 pub use nonce::Nonces;
 pub use resource::{Resource, ResourceSet, TypeTraits, View};
@@ -72,5 +72,5 @@ pub use stream::{
     Admitted, Event, Outgoing, Read, Stream, StreamConfig, StreamError, StreamGuard, TokenBucket,
     TypeKey, TypeRole, Views,
 };
-pub use subscription::{Subscription, WILDCARD, Wildcard};
+pub use subscription::{NameSet, Subscription, WILDCARD, Wildcard};
 pub use substream::{Delta, DeltaSubStream, Protocol, Response, Sotw, SotwSubStream, SubStream};

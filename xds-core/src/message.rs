@@ -32,6 +32,11 @@ pub enum SotwNames {
     /// [`NamesDigest::of_encoded`](crate::NamesDigest::of_encoded), from the request's bytes),
     /// which the sub-stream keeps for [`Repeated`](Self::Repeated) next time.
     Digested(Vec<String>, crate::NamesDigest),
+    /// The request's list as a set a live subscription holds, found by the digest of its names
+    /// ([`NameSet::find`](crate::NameSet::find)) so that they need not be decoded (a proxy
+    /// joining a mesh lists the endpoints of the same 10,000 clusters as the proxies before
+    /// it), with the caller's digest of the list as for [`Digested`](Self::Digested).
+    Found(crate::NameSet, crate::NamesDigest),
     /// The same list as the last request the sub-stream took in, recognised by its digest
     /// without being decoded ([`Stream::repeats_names`](crate::Stream::repeats_names)): what
     /// every ACK sends. On a sub-stream that took no list yet it stands for the empty list.
@@ -55,6 +60,12 @@ impl From<Vec<String>> for SotwNames {
 pub struct DeltaRequest {
     /// Names (or aliases) to add to the subscription (rule D2).
     pub subscribe: Vec<String>,
+    /// More names to add, as a set a live subscription already holds: what the server passes
+    /// instead of decoding a large list it recognised by its digest ([`NameSet::find`]). Taken
+    /// as if its names were listed in `subscribe`.
+    ///
+    /// [`NameSet::find`]: crate::NameSet::find
+    pub subscribe_set: Option<crate::NameSet>,
     /// Names to remove from the subscription (rule D3).
     pub unsubscribe: Vec<String>,
     /// On the first request of a stream: the versions the client already holds (rule D7).
@@ -106,7 +117,7 @@ pub struct Handled {
     /// How the request was classified.
     pub kind: RequestKind,
     /// Names newly in the subscription (`*` for a wildcard entered).
-    pub subscribed: Vec<String>,
+    pub subscribed: AddedNames,
     /// Names no longer in the subscription (`*` for a wildcard left).
     pub unsubscribed: Vec<String>,
 }
@@ -225,3 +236,60 @@ fn merged<T>(a: impl Iterator<Item = T>, b: Vec<T>, name: impl Fn(&T) -> &str) -
     out.extend(b);
     out
 }
+
+/// The names a request added to a subscription, in order, with the wildcard's `*` first when it
+/// joined ([`Handled::subscribed`], [`Event::Request`](crate::Event::Request)).
+///
+/// A list; but when a subscription took a large set of names whole (a proxy joining a mesh,
+/// subscribing to the endpoints of 10,000 clusters), the subscription's own set, shared: saying
+/// what was added then copies no name. Copying them was a tenth of the server's CPU in a storm of
+/// joining proxies, to report a count and a few names.
+#[derive(Clone, Debug, Default)]
+pub struct AddedNames {
+    listed: Vec<String>,
+    /// Every name of the set was added (and `listed` is empty).
+    whole: Option<crate::NameSet>,
+}
+
+impl AddedNames {
+    /// The names of a set a subscription took whole.
+    pub(crate) fn whole(set: crate::NameSet) -> Self {
+        AddedNames { listed: Vec::new(), whole: Some(set) }
+    }
+
+    /// How many names were added.
+    pub fn len(&self) -> usize {
+        self.whole.as_ref().map_or(self.listed.len(), crate::NameSet::len)
+    }
+
+    /// Whether no name was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> + Clone {
+        let listed = self.listed.iter().map(String::as_str);
+        listed.chain(self.whole.iter().flat_map(crate::NameSet::iter))
+    }
+
+    /// The names, copied.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.iter().map(str::to_owned).collect()
+    }
+}
+
+impl From<Vec<String>> for AddedNames {
+    fn from(listed: Vec<String>) -> Self {
+        AddedNames { listed, whole: None }
+    }
+}
+
+/// The same names, however they are kept.
+impl PartialEq for AddedNames {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for AddedNames {}

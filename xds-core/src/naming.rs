@@ -156,6 +156,12 @@ impl Naming {
         out
     }
 
+    /// Whether names listed now are taken as they are when plain: nothing is refused now
+    /// (`denied`) and nothing was before (a refused name listed again is looked at again).
+    pub(crate) fn admits_as_listed(&self, denied: &BTreeMap<String, String>) -> bool {
+        denied.is_empty() && self.refused.is_empty()
+    }
+
     /// A delta request's lists, normalized; refused subscriptions are left out.
     pub(crate) fn admit_delta(
         &mut self,
@@ -169,9 +175,7 @@ impl Naming {
             unsubscribe: Vec::with_capacity(unsubscribe.len()),
             initial: BTreeMap::new(),
         };
-        let plain = denied.is_empty()
-            && self.refused.is_empty()
-            && !subscribe.iter().any(|n| xdstp::is_xdstp(n));
+        let plain = self.admits_as_listed(denied) && !subscribe.iter().any(|n| xdstp::is_xdstp(n));
         if plain {
             // The common case (a joining proxy's 10,000 plain names) costs one prefix check per
             // name: nothing to normalize, refuse or forget, and nothing copied. (Nor respell: a

@@ -1,9 +1,10 @@
 //! The state-of-the-world (SotW) variant: what a SotW request means and how its responses look.
 
 use crate::digest::NamesDigest;
-use crate::message::{Handled, RequestKind, SotwNames, SotwRequest, SotwResponse};
+use crate::message::{AddedNames, Handled, RequestKind, SotwNames, SotwRequest, SotwResponse};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, ResourceSet, View};
+use crate::subscription::Change;
 use crate::substream::{Protocol, Sotw, SotwSubStream, SubStream};
 use crate::tracker::HeldRef;
 
@@ -24,7 +25,11 @@ impl Protocol for Sotw {
         match &kind {
             // Rule S7: a stale request changes nothing.
             RequestKind::Stale { .. } => {
-                return Handled { kind, subscribed: Vec::new(), unsubscribed: Vec::new() };
+                return Handled {
+                    kind,
+                    subscribed: AddedNames::default(),
+                    unsubscribed: Vec::new(),
+                };
             }
             RequestKind::Ack { version, .. } => sub.acked_version = Some(version.clone()),
             RequestKind::Initial if !request.version_info.is_empty() => {
@@ -45,11 +50,28 @@ impl Protocol for Sotw {
                 sub.listed = Some(digest);
                 names
             }
+            SotwNames::Found(set, digest) if sub.naming.admits_as_listed(&request.denied) => {
+                // Plain names, none refused: the naming keeps nothing of them (as
+                // `admit_sotw` does for such a list), and the set is taken whole.
+                sub.listed = Some(digest);
+                sub.naming.admit_sotw(Vec::new(), &request.denied);
+                let change = sub.subscription.apply_sotw_set(&set);
+                return finish(sub, kind, change);
+            }
+            // Some name is refused: each goes through the naming as if listed.
+            SotwNames::Found(set, digest) => {
+                sub.listed = Some(digest);
+                set.iter().map(str::to_owned).collect()
+            }
             // The list taken in last time, taken in again: the subscription, the refused names
             // and the client's spellings would come out as they are (every step below is
             // idempotent), so there is nothing to do.
             SotwNames::Repeated if sub.listed.is_some() => {
-                return Handled { kind, subscribed: Vec::new(), unsubscribed: Vec::new() };
+                return Handled {
+                    kind,
+                    subscribed: AddedNames::default(),
+                    unsubscribed: Vec::new(),
+                };
             }
             SotwNames::Repeated => {
                 sub.listed = Some(NamesDigest::default());
@@ -59,16 +81,7 @@ impl Protocol for Sotw {
         // Rule C1: every name is normalized once, here; refused names go no further.
         let names = sub.naming.admit_sotw(names, &request.denied);
         let change = sub.subscription.apply_sotw(names, first, sub.traits.wildcard_capable);
-        if change.wildcard_joined() {
-            sub.tracker.resync();
-        }
-        sub.tracker.subscription_grew(&change, &sub.subscription);
-        for name in change.added_names() {
-            // Rule S12: newly requested names are sent even if sent before.
-            sub.tracker.force(name, &sub.subscription);
-        }
-        sub.tracker.subscription_shrank(&change, &sub.subscription);
-        Handled { kind, subscribed: change.added, unsubscribed: change.removed }
+        finish(sub, kind, change)
     }
 
     fn respond<R: Resource, V: View<Resource = R> + ?Sized>(
@@ -218,4 +231,19 @@ pub(crate) fn interim_version<R: Resource>(version: &str, kept: &[R]) -> String 
     // 64 bits are plenty to tell apart the interim states of one final version.
     let hash = crate::digest::hash(&bytes) as u64;
     format!("{version}+{hash:016x}")
+}
+
+/// What a change of a SotW subscription does to what the client is owed.
+fn finish<R: Resource>(sub: &mut SotwSubStream<R>, kind: RequestKind, change: Change) -> Handled {
+    if change.wildcard_joined() {
+        sub.tracker.resync();
+    }
+    sub.tracker.subscription_grew(&change, &sub.subscription);
+    for name in change.added_names() {
+        // Rule S12: newly requested names are sent even if sent before.
+        sub.tracker.force(name, &sub.subscription);
+    }
+    sub.tracker.subscription_shrank(&change, &sub.subscription);
+    let (subscribed, unsubscribed) = change.into_names();
+    Handled { kind, subscribed, unsubscribed }
 }

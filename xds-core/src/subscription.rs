@@ -3,6 +3,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::digest::NamesDigest;
+use crate::message::AddedNames;
 use crate::xdstp::is_glob_name;
 
 /// The name that subscribes to every resource of a wildcard-capable type (rule S10).
@@ -119,12 +121,88 @@ fn shared_equal(mut names: Vec<&String>, digest: u128) -> Option<Arc<BTreeSet<St
         .then_some(existing)
 }
 
+/// A large set of plain names that a live subscription holds, found by the digest of a request's
+/// list ([`NameSet::find`]) so that the request's names need not be decoded.
+///
+/// A thousand proxies joining a mesh each subscribe to the endpoints of the same 10,000 clusters
+/// in one delta request. Decoding each list (10,000 strings), sorting it and comparing it with
+/// the set the first proxy's subscription built was half the server's CPU in such a storm. The
+/// server instead digests the names from the request's bytes ([`NamesDigest::push`]: a hash per
+/// name, summed, so any order gives the same digest, as proxies list them in their own hash
+/// order) and passes the set found as [`DeltaRequest::subscribe_set`](crate::DeltaRequest).
+///
+/// Only sets of plain names are found: an `xdstp://` name is checked against the type of the
+/// stream that names it (rule C1), and `*` means the wildcard on some types and a name on others,
+/// so a set holding either is not taken for another stream's list. As with
+/// [`SotwNames::Repeated`](crate::SotwNames), a list is recognised by its digest alone: an
+/// honest list is taken for another set with a chance of about 2^-64, and a crafted collision
+/// subscribes its own stream to names another subscription holds, which the server's policy is
+/// asked about as if the client had listed them.
+#[derive(Clone, Debug)]
+pub struct NameSet {
+    names: Arc<BTreeSet<String>>,
+    digest: u128,
+}
+
+impl PartialEq for NameSet {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.names, &other.names) || self.names == other.names
+    }
+}
+
+impl Eq for NameSet {}
+
+impl NameSet {
+    /// The fewest names a found set has: shorter lists cost little to decode, and subscriptions
+    /// of fewer names do not share their sets.
+    pub const MIN_LEN: usize = MIN_SHARED;
+
+    /// The set of plain names a live subscription holds whose digest (a [`NamesDigest`] built
+    /// with [`NamesDigest::of`] or [`NamesDigest::push`]) is `listed`, if there is one. Lists of
+    /// fewer than [`MIN_LEN`](Self::MIN_LEN) names are never found.
+    pub fn find(listed: &NamesDigest) -> Option<NameSet> {
+        if listed.count() < Self::MIN_LEN {
+            return None;
+        }
+        let names = {
+            let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            shared.as_ref()?.get(&(listed.hash(), listed.count())).and_then(Weak::upgrade)?
+        };
+        // Two lookups in the tree, not a pass over it: every `xdstp://` name sorts together.
+        let xdstp = names.range::<str, _>(XDSTP_NAMES).next().is_some();
+        (!xdstp && !names.contains(WILDCARD)).then_some(NameSet { names, digest: listed.hash() })
+    }
+
+    /// How many names the set has.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the set is empty (a found set never is).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The names, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.names.iter().map(String::as_str)
+    }
+}
+
+/// Every name that starts with `xdstp://`, as a range of a sorted set of strings: `0` follows `/`.
+const XDSTP_NAMES: (std::ops::Bound<&str>, std::ops::Bound<&str>) =
+    (std::ops::Bound::Included("xdstp://"), std::ops::Bound::Excluded("xdstp:/0"));
+
 /// The names a subscription change added and removed. When the wildcard joins or leaves, its
 /// marker `*` comes first in `added` or `removed`, before the names in order. (A type without a
 /// wildcard may have a resource named `*`: that is an ordinary name, in its sorted place.)
 #[derive(Debug, Default)]
 pub(crate) struct Change {
     pub(crate) added: Vec<String>,
+    /// Every name of this set was added too: a subscription that took a large set whole
+    /// (copying its names to say so would cost more than taking the set). Never with names in
+    /// `added`: anything else added or removed lists the set's names first ([`Change::list_whole`]).
+    whole: Option<NameSet>,
     pub(crate) removed: Vec<String>,
     wildcard_joined: bool,
     wildcard_left: bool,
@@ -142,8 +220,32 @@ impl Change {
     }
 
     /// The names added, without the wildcard's marker, in order.
-    pub(crate) fn added_names(&self) -> &[String] {
-        &self.added[usize::from(self.wildcard_joined)..]
+    pub(crate) fn added_names(&self) -> impl Iterator<Item = &str> + Clone {
+        let listed = self.added[usize::from(self.wildcard_joined)..].iter().map(String::as_str);
+        listed.chain(self.whole.iter().flat_map(NameSet::iter))
+    }
+
+    /// How many names were added (the wildcard's marker counted).
+    fn added_len(&self) -> usize {
+        self.added.len() + self.whole.as_ref().map_or(0, NameSet::len)
+    }
+
+    /// The set taken whole, listed in `added`: before anything is added to it or taken out.
+    fn list_whole(&mut self) {
+        if let Some(whole) = self.whole.take() {
+            let mut added: Vec<String> = whole.iter().map(str::to_owned).collect();
+            added.append(&mut self.added);
+            self.added = added;
+        }
+    }
+
+    /// What the request added and removed, as [`Handled`](crate::Handled) reports them.
+    pub(crate) fn into_names(self) -> (AddedNames, Vec<String>) {
+        let added = match self.whole {
+            Some(set) => AddedNames::whole(set),
+            None => self.added.into(),
+        };
+        (added, self.removed)
     }
 
     /// The names removed, without the wildcard's marker, in order.
@@ -155,6 +257,7 @@ impl Change {
     fn mark_wildcard(&mut self, was: bool, is: bool) {
         match (was, is) {
             (false, true) => {
+                self.list_whole();
                 self.added.insert(0, WILDCARD.to_owned());
                 self.wildcard_joined = true;
             }
@@ -255,10 +358,29 @@ impl Subscription {
         self.change_from(&before)
     }
 
+    /// Applies a SotW list that is `set` (rules S8, S9): names without `*` (a found set has
+    /// none, and is never empty), so the wildcard ends if it was on (rule S10), as any list of
+    /// names ends it.
+    pub(crate) fn apply_sotw_set(&mut self, set: &NameSet) -> Change {
+        let unchanged = self.wildcard == Wildcard::None
+            && set.len() == self.names.len()
+            && set.digest == self.digest;
+        if unchanged {
+            return Change::default();
+        }
+        let before = self.clone();
+        self.wildcard = Wildcard::None;
+        self.names = set.names.clone();
+        self.digest = set.digest;
+        self.change_from(&before)
+    }
+
     /// Applies a delta request's subscribe and unsubscribe lists (rules D2, D3, D8).
+    /// `set` is more names to subscribe, found by the server ([`NameSet`]).
     pub(crate) fn apply_delta(
         &mut self,
         subscribe: &[String],
+        set: Option<&NameSet>,
         unsubscribe: &[String],
         first: bool,
         wildcard_capable: bool,
@@ -267,8 +389,25 @@ impl Subscription {
         // the size of the subscription.
         let was_wildcard = self.is_wildcard();
         let mut change = Change::default();
-        if wildcard_capable && first && subscribe.is_empty() {
+        let listed = !subscribe.is_empty() || set.is_some_and(|set| !set.is_empty());
+        if wildcard_capable && first && !listed {
             self.wildcard = Wildcard::Legacy;
+        }
+        if let Some(set) = set {
+            if self.names.is_empty() {
+                // A joining proxy's large subscription: the set is shared as it is.
+                self.names = set.names.clone();
+                self.digest = set.digest;
+                change.whole = Some(set.clone());
+            } else {
+                for name in set.names.iter() {
+                    if !self.names.contains(name) {
+                        Arc::make_mut(&mut self.names).insert(name.clone());
+                        self.digest = self.digest.wrapping_add(name_hash(name));
+                        change.added.push(name.clone());
+                    }
+                }
+            }
         }
         if self.names.is_empty() && subscribe.len() >= MIN_SHARED {
             // A first large subscription (a proxy asking for every cluster's endpoints) is built
@@ -290,7 +429,7 @@ impl Subscription {
                     self.names = Arc::new(names);
                 }
             }
-            change.added.extend(self.names.iter().cloned());
+            change.whole = Some(NameSet { names: self.names.clone(), digest: self.digest });
             if wildcard_capable && subscribe.iter().any(|name| name == WILDCARD) {
                 self.wildcard = Wildcard::Explicit;
             }
@@ -311,8 +450,11 @@ impl Subscription {
             }
         }
         // Legacy wildcard ends once the client names resources without `*` (rule S10).
-        if self.wildcard == Wildcard::Legacy && !subscribe.is_empty() && !first {
+        if self.wildcard == Wildcard::Legacy && listed && !first {
             self.wildcard = Wildcard::None;
+        }
+        if !unsubscribe.is_empty() {
+            change.list_whole();
         }
         for name in unsubscribe {
             if wildcard_capable && name == WILDCARD {
@@ -334,9 +476,12 @@ impl Subscription {
                 }
             }
         }
+        if !change.added.is_empty() {
+            change.list_whole();
+        }
         change.added.sort();
         change.removed.sort();
-        if change.added.len() + change.removed.len() >= MIN_SHARED {
+        if change.added_len() + change.removed.len() >= MIN_SHARED {
             self.names = share(std::mem::take(&mut self.names), self.digest);
             self.globs = share(std::mem::take(&mut self.globs), self.glob_digest);
         }
@@ -354,10 +499,16 @@ impl Subscription {
     }
 
     fn change_from(&self, before: &Subscription) -> Change {
-        let mut change = Change {
-            added: self.names.difference(&before.names).cloned().collect(),
-            removed: before.names.difference(&self.names).cloned().collect(),
-            ..Change::default()
+        let mut change = if before.names.is_empty() && self.names.len() >= MIN_SHARED {
+            // A first large list: every name was added, which the set itself says.
+            let whole = NameSet { names: self.names.clone(), digest: self.digest };
+            Change { whole: Some(whole), ..Change::default() }
+        } else {
+            Change {
+                added: self.names.difference(&before.names).cloned().collect(),
+                removed: before.names.difference(&self.names).cloned().collect(),
+                ..Change::default()
+            }
         };
         change.mark_wildcard(before.is_wildcard(), self.is_wildcard());
         change
@@ -379,8 +530,8 @@ mod tests {
         reversed.reverse();
         let (mut a, mut b, mut c) =
             (Subscription::default(), Subscription::default(), Subscription::default());
-        a.apply_delta(&many, &[], true, false);
-        b.apply_delta(&reversed, &[], true, false);
+        a.apply_delta(&many, None, &[], true, false);
+        b.apply_delta(&reversed, None, &[], true, false);
         c.apply_sotw(many.clone(), true, false);
         assert!(Arc::ptr_eq(&a.names, &b.names) && Arc::ptr_eq(&a.names, &c.names));
         // Taken from the shared set without building one: with the wildcard among the names,
@@ -390,22 +541,94 @@ mod tests {
         let mut twice = many.clone();
         twice[7] = twice[8].clone();
         let (mut w, mut t) = (Subscription::default(), Subscription::default());
-        w.apply_delta(&starred, &[], true, true);
-        t.apply_delta(&twice, &[], true, false);
+        w.apply_delta(&starred, None, &[], true, true);
+        t.apply_delta(&twice, None, &[], true, false);
         assert!(Arc::ptr_eq(&a.names, &w.names) && w.is_wildcard() && w.digest == a.digest);
         assert!(!Arc::ptr_eq(&a.names, &t.names) && t.names().len() == 999);
 
         // A change copies the set for the one that changed, and leaves the others as they were.
-        b.apply_delta(&names(&["extra"]), &names(&["cluster-00000"]), false, false);
+        b.apply_delta(&names(&["extra"]), None, &names(&["cluster-00000"]), false, false);
         assert!(!Arc::ptr_eq(&a.names, &b.names) && Arc::ptr_eq(&a.names, &c.names));
         assert!(a.has_name("cluster-00000") && !a.has_name("extra"));
         assert!(!b.has_name("cluster-00000") && b.has_name("extra") && b.names().len() == 1_000);
 
         // Small sets are not shared.
         let (mut d, mut e) = (Subscription::default(), Subscription::default());
-        d.apply_delta(&many[..10], &[], true, false);
-        e.apply_delta(&many[..10], &[], true, false);
+        d.apply_delta(&many[..10], None, &[], true, false);
+        e.apply_delta(&many[..10], None, &[], true, false);
         assert!(!Arc::ptr_eq(&d.names, &e.names) && d == e);
+    }
+
+    /// What a fresh subscription's first delta request changes.
+    fn change_of(
+        subscribe: &[String],
+        set: Option<&NameSet>,
+        unsubscribe: &[String],
+        wildcard_capable: bool,
+    ) -> Change {
+        Subscription::default().apply_delta(subscribe, set, unsubscribe, true, wildcard_capable)
+    }
+
+    /// The server finds a live set by the digest of a request's names, in any order, and the
+    /// subscription that takes it holds the same set (not a copy) and reports every name added;
+    /// sets with `xdstp://` names or `*`, small lists and sets nobody holds are not found.
+    #[test]
+    fn a_large_plain_set_is_found_by_the_digest_of_its_names_and_taken_whole() {
+        let many: Vec<String> = (0..100).map(|i| format!("found-{i:03}")).collect();
+        let mut reversed = many.clone();
+        reversed.reverse();
+        assert_eq!(NameSet::find(&NamesDigest::of(&many)), None, "nobody holds it yet");
+        let mut a = Subscription::default();
+        a.apply_delta(&many, None, &[], true, false);
+        let found = NameSet::find(&NamesDigest::of(&reversed)).expect("found in any order");
+        assert_eq!((found.len(), found.iter().next()), (100, Some("found-000")));
+
+        let mut b = Subscription::default();
+        let took = b.apply_delta(&[], Some(&found), &[], true, true);
+        assert!(Arc::ptr_eq(&a.names, &b.names) && a == b && !b.is_wildcard());
+        assert_eq!(took.added_names().collect::<Vec<_>>(), many);
+        // Onto a subscription that has names already, the set's names are added one by one.
+        let mut c = Subscription::default();
+        c.apply_delta(&names(&["found-000", "other"]), None, &[], true, false);
+        let change = c.apply_delta(&[], Some(&found), &[], false, false);
+        assert_eq!((change.added.len(), c.names().len()), (99, 101));
+
+        // What was added is the set itself, unless the same request also takes names out of
+        // it or enters the wildcard: then the names are listed, `*` first.
+        let (whole, _) = change_of(&[], Some(&found), &[], true).into_names();
+        assert_eq!(whole.to_vec(), many);
+        let (added, removed) =
+            change_of(&[], Some(&found), &names(&["found-007"]), false).into_names();
+        assert_eq!((added.len(), added.iter().any(|n| n == "found-007")), (99, false));
+        assert!(removed.is_empty(), "subscribed and unsubscribed at once: no change");
+        let (starred, _) = change_of(&names(&["*"]), Some(&found), &[], true).into_names();
+        assert_eq!((starred.len(), starred.iter().next()), (101, Some("*")));
+        // A first large SotW list is reported as the set too.
+        {
+            let mut sotw = Subscription::default();
+            let (added, _) = sotw.apply_sotw(reversed.clone(), true, false).into_names();
+            assert_eq!(added.to_vec(), many);
+        }
+
+        // Not found: a name more, a list too small to be shared.
+        let mut more = many.clone();
+        more.push("found-100".into());
+        assert_eq!(NameSet::find(&NamesDigest::of(&more)), None);
+        let mut small = Subscription::default();
+        small.apply_delta(&many[..10], None, &[], true, false);
+        assert_eq!(NameSet::find(&NamesDigest::of(&many[..10])), None);
+        // Nor sets with a name another stream would read otherwise.
+        for odd in ["xdstp://authority/envoy.config.cluster.v3.Cluster/x", WILDCARD] {
+            let mut with: Vec<String> = many[1..].to_vec();
+            with.push(odd.to_owned());
+            let mut s = Subscription::default();
+            s.apply_delta(&with, None, &[], true, false);
+            assert_eq!(s.names().len(), 100, "{odd} is a name here");
+            assert_eq!(NameSet::find(&NamesDigest::of(&with)), None, "{odd}");
+        }
+        // Nor a set nobody holds any more.
+        drop((a, b, found, whole, took));
+        assert_eq!(NameSet::find(&NamesDigest::of(&many)), None);
     }
 
     #[test]
@@ -477,15 +700,15 @@ mod tests {
     #[test]
     fn d08_delta_wildcard_entered_and_left() {
         let mut s = Subscription::default();
-        s.apply_delta(&[], &[], true, true);
+        s.apply_delta(&[], None, &[], true, true);
         assert_eq!(s.wildcard(), Wildcard::Legacy);
-        s.apply_delta(&names(&["x"]), &[], false, true);
+        s.apply_delta(&names(&["x"]), None, &[], false, true);
         assert_eq!(s.wildcard(), Wildcard::None);
-        s.apply_delta(&names(&["*"]), &[], false, true);
+        s.apply_delta(&names(&["*"]), None, &[], false, true);
         assert_eq!(s.wildcard(), Wildcard::Explicit);
-        s.apply_delta(&names(&["y"]), &[], false, true);
+        s.apply_delta(&names(&["y"]), None, &[], false, true);
         assert_eq!(s.wildcard(), Wildcard::Explicit);
-        let change = s.apply_delta(&[], &names(&["*", "nope"]), false, true);
+        let change = s.apply_delta(&[], None, &names(&["*", "nope"]), false, true);
         assert_eq!(s.wildcard(), Wildcard::None);
         assert_eq!(change.removed, names(&["*"]));
         assert_eq!(s.names().iter().cloned().collect::<Vec<_>>(), names(&["x", "y"]));

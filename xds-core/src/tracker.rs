@@ -308,8 +308,9 @@ impl<R: Resource> Tracker<R> {
             // subscribed that were not just added, and those this very change unsubscribed
             // (the wildcard covers them now, and the client still holds them).
             let base = base.clone();
-            let added = change.added_names();
-            let kept = sub.names().iter().filter(|name| added.binary_search(name).is_err());
+            let added: Vec<&str> = change.added_names().collect();
+            let kept =
+                sub.names().iter().filter(|name| added.binary_search(&name.as_str()).is_err());
             for name in kept.chain(change.removed_names()) {
                 if self.held.get(name).is_none()
                     && let Some(r) = base.get(name)
@@ -318,7 +319,7 @@ impl<R: Resource> Tracker<R> {
                 }
             }
             // And the members of the globs subscribed before this change (rule C2).
-            for glob in sub.globs().iter().filter(|g| added.binary_search(g).is_err()) {
+            for glob in sub.globs().iter().filter(|g| added.binary_search(&g.as_str()).is_err()) {
                 for r in base.members(glob) {
                     if self.held.get(r.name()).is_none() {
                         self.held.insert(r.shared_name(), Held::Sent(r.clone()));
@@ -345,7 +346,7 @@ impl<R: Resource> Tracker<R> {
                     }
                 }
             } else if self.held.get(name).is_none() && base.get(name).is_some() {
-                self.held.insert(Arc::from(name.as_str()), Held::Dropped);
+                self.held.insert(Arc::from(name), Held::Dropped);
             }
         }
     }

@@ -57,7 +57,7 @@ fn d01_stale_nonce_voids_the_ack_but_applies_the_subscription() {
     let r2 = s.poll_response(&view, &mut n).unwrap();
     let h = s.handle_request(delta(&["b"], &[], "1"));
     assert_eq!(h.kind, RequestKind::Stale { nonce: "1".into() });
-    assert_eq!(h.subscribed, names(&["b"]));
+    assert_eq!(h.subscribed.to_vec(), names(&["b"]));
     assert!(s.awaiting_ack(), "a stale request does not ACK the response in flight");
     assert!(s.poll_response(&view, &mut n).is_none());
     let _ = s.handle_request(delta(&[], &[], &r2.nonce));
@@ -303,4 +303,45 @@ fn o2_a_resubscribe_of_a_held_resource_is_answered_while_removals_wait() {
     let r = s.poll_response_deferring_removals(&view, &mut n).unwrap();
     assert_eq!(r.removed_resources, names(&["a"]));
     assert!(!s.has_deferred_removals());
+}
+
+/// A subscription given as a live set (`DeltaRequest::subscribe_set`, what the server passes for
+/// a large list it recognised) is taken as the names listed: every one sent (rule D2), except
+/// what a resuming client declared at the version the server has (rule D7), and a name the
+/// policy refuses is left out and reported.
+#[test]
+fn d02_d07_a_subscription_found_as_a_live_set_is_taken_as_the_names_listed() {
+    let listed: Vec<String> = (0..70).map(|i| format!("delta-found-{i:02}")).collect();
+    let items: Vec<(&str, &str)> = listed.iter().map(|n| (n.as_str(), "1")).collect();
+    let view = MemView::with(&items);
+    let strs: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let mut n = nonces();
+    let mut holder: DeltaSubStream<Res> = DeltaSubStream::new(EDS);
+    let _ = holder.handle_request(delta(&strs, &[], ""));
+    let found = xds_core::NameSet::find(&xds_core::NamesDigest::of(&listed)).expect("a live set");
+    let given = |set: &xds_core::NameSet| DeltaRequest {
+        subscribe_set: Some(set.clone()),
+        ..delta(&[], &[], "")
+    };
+
+    let mut s = DeltaSubStream::new(EDS);
+    let h = s.handle_request(given(&found));
+    assert_eq!(h.subscribed.to_vec(), listed);
+    assert_eq!(delta_names(&s.poll_response(&view, &mut n).unwrap()), listed);
+
+    // Resuming: the declared names at the server's version are not sent again.
+    let mut s = DeltaSubStream::new(EDS);
+    let declared: BTreeMap<String, String> =
+        listed[..60].iter().map(|n| (n.clone(), "1".to_owned())).collect();
+    let _ = s.handle_request(DeltaRequest { initial_resource_versions: declared, ..given(&found) });
+    assert_eq!(delta_names(&s.poll_response(&view, &mut n).unwrap()), listed[60..]);
+
+    // Refused: that name alone left out, and reported.
+    let mut s = DeltaSubStream::new(EDS);
+    let denied = [(listed[3].clone(), "not yours".to_owned())].into();
+    let h = s.handle_request(DeltaRequest { denied, ..given(&found) });
+    assert_eq!(h.subscribed.len(), 69);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r).len(), 69);
+    assert_eq!(r.resource_errors.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), [&listed[3]]);
 }

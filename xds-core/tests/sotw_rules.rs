@@ -177,6 +177,60 @@ fn s09_a_list_repeated_by_digest_is_taken_as_the_same_set() {
     assert!(s.repeats_names(&digest(&["c"])));
 }
 
+/// A list the caller found as a live set (`SotwNames::Found`) is taken as that list would be:
+/// the same resources sent, the wildcard ended, the ACK that repeats it changing nothing; and
+/// with a name the policy refuses, that name alone is left out and reported.
+#[test]
+fn s09_a_list_found_as_a_live_set_is_taken_as_the_list() {
+    let listed: Vec<String> = (0..80).map(|i| format!("sotw-found-{i:02}")).collect();
+    let items: Vec<(&str, &str)> = listed.iter().map(|n| (n.as_str(), "1")).collect();
+    let view = MemView::with(&items);
+    let strs: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let mut n = nonces();
+    // One sub-stream takes the list as names, and holds its set.
+    let mut first = SotwSubStream::new(EDS);
+    let _ = first.handle_request(sotw(&strs, "", ""));
+    let expected = sotw_names(&first.poll_response(&view, &mut n).unwrap());
+    let found = xds_core::NameSet::find(&NamesDigest::of(&listed)).expect("a live set");
+
+    // On a wildcard-capable type, a first list found is names, not the legacy wildcard.
+    let encoded = NamesDigest::of_encoded(80, [&b"the caller's own digest"[..]]);
+    let mut s: SotwSubStream<Res> = SotwSubStream::new(CDS);
+    let h = s.handle_request(SotwRequest {
+        resource_names: SotwNames::Found(found.clone(), encoded),
+        ..sotw(&[], "", "")
+    });
+    assert_eq!(h.subscribed.len(), 80);
+    assert_eq!(s.subscription().wildcard(), Wildcard::None);
+    assert!(s.repeats_names(&encoded), "the caller's digest is kept for the ACKs");
+
+    let mut s = SotwSubStream::new(EDS);
+    let h = s.handle_request(SotwRequest {
+        resource_names: SotwNames::Found(found.clone(), encoded),
+        ..sotw(&[], "", "")
+    });
+    assert_eq!(h.subscribed.to_vec(), listed);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r), expected);
+    let ack =
+        SotwRequest { resource_names: SotwNames::Repeated, ..sotw(&[], &r.version_info, &r.nonce) };
+    assert!(!s.handle_request(ack).subscription_changed());
+    assert!(s.poll_response(&view, &mut n).is_none());
+
+    // With a name refused: every other name taken, that one reported.
+    let mut s = SotwSubStream::new(EDS);
+    let denied = [(listed[5].clone(), "not yours".to_owned())].into();
+    let h = s.handle_request(SotwRequest {
+        resource_names: SotwNames::Found(found, encoded),
+        denied,
+        ..sotw(&[], "", "")
+    });
+    assert_eq!(h.subscribed.len(), 79);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(sotw_names(&r).len(), 79);
+    assert_eq!(r.resource_errors.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), [&listed[5]]);
+}
+
 #[test]
 fn s10_wildcard_legacy_and_explicit() {
     let mut n = nonces();
@@ -273,7 +327,7 @@ fn s12_newly_requested_names_are_sent_even_if_unchanged() {
     assert!(s.poll_response(&view, &mut n).is_none());
     // `b` again: sent again although the client was sent it before and it did not change.
     let h = s.handle_request(sotw(&["a", "b"], &r.version_info, &r.nonce));
-    assert_eq!(h.subscribed, names(&["b"]));
+    assert_eq!(h.subscribed.to_vec(), names(&["b"]));
     let r = s.poll_response(&view, &mut n).unwrap();
     assert_eq!(sotw_names(&r), names(&["b"]));
 

@@ -215,7 +215,7 @@ fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
     h.request(T::Eds, sotw(&["a"], &r2.version_info, &r2.nonce));
     let request = |subscribed: &[&str]| Event::Request {
         type_key: T::Eds,
-        subscribed: names(subscribed),
+        subscribed: names(subscribed).into(),
         unsubscribed: Vec::new(),
     };
     let sent = |r: &SotwResponse<Res>| Event::Sent {

@@ -150,7 +150,10 @@ pub trait Authorizer: Send + Sync + 'static {
     /// [`Access::Resources`]); `name` is in normal form (rule C1). Default: yes.
     ///
     /// Asked for every name a stream subscribes to (each name of a changed SotW list, each name
-    /// a delta request subscribes) and every name a fetch asks for. A refused name is not
+    /// a delta request subscribes, also when the server recognised the list as one another
+    /// stream subscribed to) and every name a fetch asks for; by a server built with a policy of
+    /// its own ([`XdsServerBuilder::authorizer`](crate::XdsServerBuilder::authorizer)): the
+    /// default, [`AllowAll`], is not asked name by name. A refused name is not
     /// subscribed, and a stream's client is told why once: `PERMISSION_DENIED` for that name in
     /// `resource_errors` (rule C4), while its other resources are served; a fetch leaves it out.
     /// Wildcard and glob subscriptions are decided by `authorize` for the whole type: to keep

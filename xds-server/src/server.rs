@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     /// [`Callbacks`]); the no-op default is called inline.
     pub(crate) custom_callbacks: bool,
     pub(crate) authorizer: Arc<dyn Authorizer>,
+    /// Whether the user set a policy: the default ([`AllowAll`]) allows every resource, so
+    /// names are not handed to it one by one (10,000 per joining proxy).
+    pub(crate) custom_authorizer: bool,
     pub(crate) secrets: UnauthenticatedSecrets,
     pub(crate) status: Arc<StatusRegistry>,
     pub(crate) metrics: Arc<Metrics>,
@@ -99,17 +102,19 @@ impl Shared {
     }
 
     /// The names of `names` (as requested) that the authorizer refuses for `node`, by normal
-    /// form (rule C1), with the reason. Empty without asking when no name is requested.
-    pub(crate) fn denied_names(
+    /// form (rule C1), with the reason. Empty without asking when no name is requested or the
+    /// policy is the default, which allows every resource.
+    pub(crate) fn denied_names<'a>(
         &self,
         peer: &Peer,
         entry: Entry,
         node: &xds_proto::pb::envoy::config::core::v3::Node,
         type_url: &TypeUrl,
-        names: &[String],
+        names: impl IntoIterator<Item = &'a str>,
     ) -> std::collections::BTreeMap<String, String> {
         let mut denied = std::collections::BTreeMap::new();
-        if names.is_empty() {
+        let mut names = names.into_iter().peekable();
+        if !self.custom_authorizer || names.peek().is_none() {
             return denied;
         }
         let request =
@@ -175,6 +180,7 @@ pub struct XdsServerBuilder {
     callbacks: Arc<dyn Callbacks>,
     custom_callbacks: bool,
     authorizer: Arc<dyn Authorizer>,
+    custom_authorizer: bool,
     secrets: UnauthenticatedSecrets,
     lrs: LoadReportingServer,
     hds: Option<HealthDiscoveryServer>,
@@ -186,6 +192,7 @@ impl XdsServerBuilder {
     #[must_use]
     pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
         self.authorizer = Arc::new(authorizer);
+        self.custom_authorizer = true;
         self
     }
 
@@ -346,6 +353,7 @@ impl XdsServerBuilder {
                 callbacks: self.callbacks,
                 custom_callbacks: self.custom_callbacks,
                 authorizer: self.authorizer,
+                custom_authorizer: self.custom_authorizer,
                 secrets: self.secrets,
                 custom_labels,
                 status: Arc::default(),
@@ -376,6 +384,7 @@ impl XdsServer {
             callbacks: Arc::new(NoCallbacks),
             custom_callbacks: false,
             authorizer: Arc::new(AllowAll),
+            custom_authorizer: false,
             secrets: UnauthenticatedSecrets::default(),
             lrs: LoadReportingServer::new(),
             hds: None,

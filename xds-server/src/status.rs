@@ -228,8 +228,8 @@ pub(crate) fn event_text(s: &str) -> Box<str> {
 
 impl StreamEventKind {
     /// A change of subscription, listing at most [`MAX_EVENT_NAMES`] of the added names.
-    pub(crate) fn subscribed(added: &[String], removed: usize) -> Self {
-        let names = added.iter().take(MAX_EVENT_NAMES).map(|n| event_text(n)).collect();
+    pub(crate) fn subscribed(added: &xds_core::AddedNames, removed: usize) -> Self {
+        let names = added.iter().take(MAX_EVENT_NAMES).map(event_text).collect();
         StreamEventKind::Subscribed { added: added.len(), removed, names }
     }
 }
@@ -580,7 +580,7 @@ mod tests {
         log.acked("listener", Some(5));
         assert_eq!(latest(&log), sent("1"), "per type");
         // The request that ACKs also changes the subscription: still the response's answer.
-        log.push(2, Some("cluster"), StreamEventKind::subscribed(&["a".into()], 0));
+        log.push(2, Some("cluster"), StreamEventKind::subscribed(&vec!["a".to_owned()].into(), 0));
         log.acked("cluster", Some(7));
         let marked = StreamEventKind::Sent {
             version: "1".into(),
@@ -608,7 +608,7 @@ mod tests {
         assert!(cut.len() <= MAX_EVENT_TEXT && long.starts_with(&*cut), "{}", cut.len());
         let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
         let StreamEventKind::Subscribed { added, removed, names } =
-            StreamEventKind::subscribed(&names, 2)
+            StreamEventKind::subscribed(&names.clone().into(), 2)
         else {
             unreachable!()
         };

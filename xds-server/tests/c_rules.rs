@@ -737,6 +737,77 @@ impl xds_server::Authorizer for NoPrivate {
     }
 }
 
+fn as_strs(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).collect()
+}
+
+/// A joining proxy's large subscription is recognised as the set another proxy's subscription
+/// holds, without its names being decoded; the policy is still asked about each name for this
+/// node: n2 gets all 100 clusters, n1, listing the same names in another order, is refused the
+/// private one, and a third node listing them in a third order gets all 100 again; delta and
+/// SotW alike.
+#[tokio::test]
+async fn c04_a_large_subscription_taken_as_another_streams_set_is_authorized_for_its_own_node() {
+    let cache = SnapshotCache::by_node_id();
+    let mut listed: Vec<String> = (0..99).map(|i| format!("shared-{i:02}")).collect();
+    listed.push("private-b".into());
+    let snapshot = || {
+        let mut b = xds_cache::Snapshot::builder();
+        for name in &listed {
+            b.add(&cluster(name, "1")).expect("encode");
+        }
+        b.build_unchecked()
+    };
+    for n in ["n1", "n2", "n3"] {
+        cache.set_snapshot(n, snapshot());
+    }
+    let t = start(XdsServer::builder(cache.clone()).authorizer(NoPrivate).build()).await;
+
+    let mut n2 = Delta::ads(&t, "n2").await;
+    n2.subscribe(CDS, &as_strs(&listed), &[]).await;
+    assert_eq!(delta_names(&n2.recv_type(CDS).await).len(), 100);
+    let mut reversed = listed.clone();
+    reversed.reverse();
+    assert!(
+        xds_core::NameSet::find(&xds_core::NamesDigest::of(&reversed)).is_some(),
+        "n2's subscription is a set another stream can be given"
+    );
+
+    let mut n1 = Delta::ads(&t, "n1").await;
+    n1.subscribe(CDS, &as_strs(&reversed), &[]).await;
+    let r = n1.recv_type(CDS).await;
+    assert_eq!(delta_names(&r).len(), 99);
+    assert!(!delta_names(&r).contains(&"private-b".to_owned()));
+    assert_eq!(delta_errors(&r), [("private-b".to_owned(), code::PERMISSION_DENIED)]);
+
+    let mut rotated = listed.clone();
+    rotated.rotate_left(37);
+    let mut n3 = Delta::ads(&t, "n3").await;
+    n3.subscribe(CDS, &as_strs(&rotated), &[]).await;
+    let r = n3.recv_type(CDS).await;
+    assert_eq!(delta_names(&r), {
+        let mut sorted = listed.clone();
+        sorted.sort();
+        sorted
+    });
+    assert!(delta_errors(&r).is_empty());
+
+    // SotW alike: a first list taken as the set, the policy asked for this node, and the ACK
+    // that repeats the list changes nothing.
+    let mut sotw = Sotw::ads(&t, "n1").await;
+    sotw.subscribe(CDS, &as_strs(&rotated), None).await;
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r).len(), 99);
+    assert_eq!(sotw_errors(&r), [("private-b".to_owned(), code::PERMISSION_DENIED)]);
+    let mut sotw = Sotw::ads(&t, "n3").await;
+    sotw.subscribe(CDS, &as_strs(&reversed), None).await;
+    let r = sotw.recv_type(CDS).await;
+    assert_eq!(sotw_names(&r).len(), 100);
+    assert!(sotw_errors(&r).is_empty());
+    sotw.ack(&r).await;
+    sotw.expect_quiet().await;
+}
+
 #[tokio::test]
 async fn c04_a_resource_the_authorizer_refuses_is_permission_denied_on_every_way_in() {
     let cache = SnapshotCache::by_node_id();

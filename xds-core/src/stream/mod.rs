@@ -183,7 +183,7 @@ pub enum Event<K> {
         /// The request's type.
         type_key: K,
         /// Names newly in the subscription (`*` for a wildcard entered).
-        subscribed: Vec<String>,
+        subscribed: crate::AddedNames,
         /// Names no longer in the subscription.
         unsubscribed: Vec<String>,
     },

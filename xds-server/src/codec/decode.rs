@@ -44,17 +44,112 @@ pub(crate) enum Malformed {
     Names(&'static str),
 }
 
-impl Incoming for DeltaDiscoveryRequest {
-    fn decode(message: Bytes) -> Result<Self, Malformed> {
-        Ok(<Self as Message>::decode(message)?)
-    }
-}
-
-/// `DiscoveryRequest.resource_names`.
+/// `DiscoveryRequest.resource_names` and `DeltaDiscoveryRequest.resource_names_subscribe`: the
+/// same field number in both.
 const RESOURCE_NAMES: u32 = 3;
 
 /// The one-byte key of a `resource_names` entry: field 3, length-delimited.
 const NAME_KEY: u8 = (RESOURCE_NAMES as u8) << 3 | WireType::LengthDelimited as u8;
+
+/// One pass over a request message: prost decodes every field into `request` but the names of
+/// field 3, which are skipped and handed to `name` in place: the range of the whole field in
+/// the message (key and length included) and the name's bytes.
+fn read_fields<M: Message>(
+    message: &[u8],
+    request: &mut M,
+    mut name: impl FnMut(Range<usize>, &[u8]),
+) -> Result<(), Malformed> {
+    let mut buf = message;
+    while let Some(&key) = buf.first() {
+        let start = message.len() - buf.len();
+        // A name, most likely: its key and (under 128 bytes) its length are one byte each.
+        // Read inline, it costs a few instructions; prost's varint decoding, not inlined,
+        // was a third of the server's CPU at every update.
+        let short = (key == NAME_KEY).then(|| buf.get(1).filter(|&&len| len < 0x80)).flatten();
+        let value = if let Some(&len) = short {
+            let value = buf.get(2..2 + usize::from(len));
+            let value = value.ok_or(Malformed::Names("buffer underflow"))?;
+            buf = &buf[2 + usize::from(len)..];
+            Some(value)
+        } else {
+            let (tag, wire_type) = decode_key(&mut buf)?;
+            if tag == RESOURCE_NAMES {
+                Some(bytes_field(wire_type, &mut buf)?)
+            } else {
+                request.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
+                None
+            }
+        };
+        if let Some(value) = value {
+            name(start..message.len() - buf.len(), value);
+        }
+    }
+    Ok(())
+}
+
+/// Each name of field 3, as bytes (a second pass over the message, the other fields skipped).
+fn each_name<'a>(
+    message: &'a [u8],
+    mut name: impl FnMut(&'a [u8]) -> Result<(), Malformed>,
+) -> Result<(), Malformed> {
+    let mut buf = message;
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        if tag == RESOURCE_NAMES {
+            name(bytes_field(wire_type, &mut buf)?)?;
+        } else {
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+        }
+    }
+    Ok(())
+}
+
+/// The names of field 3, decoded from the message.
+fn decode_names(message: &[u8], count: usize) -> Result<Vec<String>, Malformed> {
+    let mut names = Vec::with_capacity(count);
+    each_name(message, |name| {
+        let name =
+            std::str::from_utf8(name).map_err(|_| Malformed::Names("a name is not UTF-8"))?;
+        names.push(name.to_owned());
+        Ok(())
+    })?;
+    Ok(names)
+}
+
+/// A delta request with the names it subscribes to digested, not decoded.
+#[derive(Debug)]
+pub(crate) struct DeltaIncoming {
+    /// Every field but `resource_names_subscribe`, which stays empty until
+    /// [`names`](Self::names).
+    pub(crate) request: DeltaDiscoveryRequest,
+    /// The digest of `resource_names_subscribe`, name by name in any order
+    /// ([`NamesDigest::push`]), as [`NameSet::find`](xds_core::NameSet::find) looks sets up.
+    pub(crate) subscribe: NamesDigest,
+    /// The whole message, to read the names from when they are needed.
+    message: Bytes,
+    /// The live set the names were recognised as, when they were not decoded.
+    pub(crate) set: Option<xds_core::NameSet>,
+}
+
+impl Incoming for DeltaIncoming {
+    /// One pass over the message, as [`SotwIncoming`] reads one, with a hash of each name
+    /// instead of one over the list: proxies list the same names in their own order. UTF-8 is
+    /// checked when the names are decoded; names recognised as a live set never are (see
+    /// [`NameSet`](xds_core::NameSet) for what a collision could do).
+    fn decode(message: Bytes) -> Result<Self, Malformed> {
+        let mut request = DeltaDiscoveryRequest::default();
+        let mut subscribe = NamesDigest::default();
+        read_fields(&message, &mut request, |_, name| subscribe.push(name))?;
+        Ok(DeltaIncoming { request, subscribe, message, set: None })
+    }
+}
+
+impl DeltaIncoming {
+    /// The subscribed names, decoded from the message.
+    pub(crate) fn names(&self) -> Result<Vec<String>, Malformed> {
+        decode_names(&self.message, self.subscribe.count())
+    }
+}
 
 /// A SotW request with its names digested, not decoded.
 #[derive(Debug)]
@@ -68,6 +163,9 @@ pub(crate) struct SotwIncoming {
     /// The names repeat the sub-stream's last list: the core gets
     /// [`SotwNames::Repeated`](xds_core::SotwNames::Repeated).
     pub(crate) repeated: bool,
+    /// The live set the names were recognised as, when they were not decoded: the core gets
+    /// [`SotwNames::Found`](xds_core::SotwNames::Found).
+    pub(crate) set: Option<xds_core::NameSet>,
 }
 
 impl Incoming for SotwIncoming {
@@ -82,61 +180,35 @@ impl Incoming for SotwIncoming {
         // The runs of consecutive name fields, as offsets into the message: one run, as every
         // encoder writes fields in order, unless the client interleaves them with others.
         let mut runs: Vec<Range<usize>> = Vec::new();
-        let mut buf = &message[..];
-        while let Some(&key) = buf.first() {
-            let start = message.len() - buf.len();
-            // A name, most likely: its key and (under 128 bytes) its length are one byte each.
-            // Read inline, it costs a few instructions; prost's varint decoding, not inlined,
-            // was a third of the server's CPU at every update.
-            let short = (key == NAME_KEY).then(|| buf.get(1).filter(|&&len| len < 0x80)).flatten();
-            let name = if let Some(&len) = short {
-                buf =
-                    buf.get(2 + usize::from(len)..).ok_or(Malformed::Names("buffer underflow"))?;
-                true
-            } else {
-                let (tag, wire_type) = decode_key(&mut buf)?;
-                if tag == RESOURCE_NAMES {
-                    bytes_field(wire_type, &mut buf)?;
-                } else {
-                    request.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
-                }
-                tag == RESOURCE_NAMES
-            };
-            if name {
-                count += 1;
-                let end = message.len() - buf.len();
-                match runs.last_mut() {
-                    Some(run) if run.end == start => run.end = end,
-                    _ => runs.push(start..end),
-                }
+        read_fields(&message, &mut request, |field, _| {
+            count += 1;
+            match runs.last_mut() {
+                Some(run) if run.end == field.start => run.end = field.end,
+                _ => runs.push(field),
             }
-        }
+        })?;
         let digest = NamesDigest::of_encoded(count, runs.iter().map(|run| &message[run.clone()]));
-        Ok(SotwIncoming { request, digest, message, repeated: false })
+        Ok(SotwIncoming { request, digest, message, repeated: false, set: None })
     }
 }
 
 impl SotwIncoming {
     /// The names, decoded from the message (a second pass, over the names only).
     pub(crate) fn names(&self) -> Result<Vec<String>, Malformed> {
-        let mut names = Vec::with_capacity(self.digest.count());
-        let mut buf = &self.message[..];
-        while buf.has_remaining() {
-            let (tag, wire_type) = decode_key(&mut buf)?;
-            if tag == RESOURCE_NAMES {
-                names.push(string_field(wire_type, &mut buf)?.to_owned());
-            } else {
-                skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
-            }
-        }
-        Ok(names)
+        decode_names(&self.message, self.digest.count())
     }
-}
 
-/// A length-delimited UTF-8 field's value, borrowed from the message.
-fn string_field<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a str, Malformed> {
-    let value = bytes_field(wire_type, buf)?;
-    std::str::from_utf8(value).map_err(|_| Malformed::Names("a name is not UTF-8"))
+    /// The digest of the names in any order, as [`DeltaIncoming`] has it: a second pass, for
+    /// a list that does not repeat the sub-stream's last one (a joining proxy's first), to find
+    /// it among the sets live subscriptions hold.
+    pub(crate) fn names_digest(&self) -> Result<NamesDigest, Malformed> {
+        let mut digest = NamesDigest::default();
+        each_name(&self.message, |name| {
+            digest.push(name);
+            Ok(())
+        })?;
+        Ok(digest)
+    }
 }
 
 /// A length-delimited field's value, borrowed from the message.
@@ -277,11 +349,44 @@ mod tests {
             chunks.push(bytes[at..cut].to_vec());
             at = cut;
         }
-        let mut requests = Requests::<DeltaDiscoveryRequest>::new(body(chunks), 1 << 20);
-        assert_eq!(requests.message().await.ok().flatten(), Some(a));
-        assert_eq!(requests.message().await.ok().flatten(), Some(b));
+        let mut requests = Requests::<DeltaIncoming>::new(body(chunks), 1 << 20);
+        assert_eq!(requests.message().await.ok().flatten().map(whole), Some(a));
+        assert_eq!(requests.message().await.ok().flatten().map(whole), Some(b));
         assert_eq!(requests.buf.capacity(), 0, "no buffer kept between requests");
-        assert_eq!(requests.message().await.ok(), Some(None), "the client closed its side");
+        assert!(matches!(requests.message().await, Ok(None)), "the client closed its side");
+    }
+
+    /// A delta request as read, with its names decoded.
+    fn whole(read: DeltaIncoming) -> DeltaDiscoveryRequest {
+        let names = read.names().unwrap_or_default();
+        DeltaDiscoveryRequest { resource_names_subscribe: names, ..read.request }
+    }
+
+    /// A delta request read with its subscriptions digested says what prost's decoding says, and
+    /// its digest is the digest of its names in any order: the one a subscription of those names
+    /// keys its set by, so that proxies listing the same names in their own order find it.
+    #[test]
+    fn a_delta_request_digested_decodes_as_prost_decodes_it_and_its_digest_ignores_order() {
+        let names: Vec<String> = (0..300).map(|i| format!("cluster-{i}")).collect();
+        let long = "x".repeat(200);
+        let mut listed = names.clone();
+        listed.push(long.clone());
+        let request = DeltaDiscoveryRequest {
+            type_url: "t".into(),
+            resource_names_subscribe: listed.clone(),
+            resource_names_unsubscribe: vec!["gone".into()],
+            initial_resource_versions: [("a".to_owned(), "1".to_owned())].into(),
+            response_nonce: "7".into(),
+            ..Default::default()
+        };
+        let read = <DeltaIncoming as Incoming>::decode(Bytes::from(request.encode_to_vec()));
+        let read = read.expect("decodes");
+        assert!(read.request.resource_names_subscribe.is_empty(), "names left in the bytes");
+        let mut reversed = listed.clone();
+        reversed.reverse();
+        assert_eq!(read.subscribe, NamesDigest::of(&reversed));
+        assert_ne!(read.subscribe, NamesDigest::of(&names), "a name more is another digest");
+        assert_eq!(whole(read), request);
     }
 
     /// A SotW request read with its names digested says what prost's decoding says, field for
@@ -368,20 +473,20 @@ mod tests {
     #[tokio::test]
     async fn oversized_cut_and_malformed_messages_are_refused_with_tonics_codes() {
         let big = framed(&request(100));
-        let mut r = Requests::<DeltaDiscoveryRequest>::new(body(vec![big.clone()]), 100);
+        let mut r = Requests::<DeltaIncoming>::new(body(vec![big.clone()]), 100);
         let status = r.message().await.err();
         assert_eq!(status.map(|s| s.code()), Some(tonic::Code::OutOfRange));
 
         let cut = big[..big.len() - 1].to_vec();
-        let mut r = Requests::<DeltaDiscoveryRequest>::new(body(vec![cut]), 1 << 20);
+        let mut r = Requests::<DeltaIncoming>::new(body(vec![cut]), 1 << 20);
         assert_eq!(r.message().await.err().map(|s| s.code()), Some(tonic::Code::Internal));
 
         let junk = vec![0, 0, 0, 0, 2, 0xff, 0xff];
-        let mut r = Requests::<DeltaDiscoveryRequest>::new(body(vec![junk]), 1 << 20);
+        let mut r = Requests::<DeltaIncoming>::new(body(vec![junk]), 1 << 20);
         assert_eq!(r.message().await.err().map(|s| s.code()), Some(tonic::Code::Internal));
 
         let compressed = vec![1, 0, 0, 0, 0];
-        let mut r = Requests::<DeltaDiscoveryRequest>::new(body(vec![compressed]), 1 << 20);
+        let mut r = Requests::<DeltaIncoming>::new(body(vec![compressed]), 1 << 20);
         assert_eq!(r.message().await.err().map(|s| s.code()), Some(tonic::Code::Internal));
     }
 }

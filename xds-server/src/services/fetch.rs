@@ -78,7 +78,7 @@ pub(crate) async fn fetch(
     let wildcard = names.is_empty() && type_url.is_wildcard_capable();
     // Rule C1: `xdstp://` names are looked up by their normal form; a malformed one matches
     // nothing, nor does one the authorizer refuses.
-    let denied = shared.denied_names(peer, entry, node, type_url, names);
+    let denied = shared.denied_names(peer, entry, node, type_url, names.iter().map(String::as_str));
     let mut wanted: Vec<String> = names
         .iter()
         .filter_map(|n| xds_proto::xdstp::normalize(n).ok().map(|n| n.into_owned()))

@@ -49,7 +49,7 @@ use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 
 use super::gate::{Join, Lane};
-use super::protocol::{CoreStream, WireProtocol, fill_status};
+use super::protocol::{CoreStream, Wanted, WireProtocol, fill_status};
 use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
@@ -356,7 +356,10 @@ impl<P: WireProtocol> Driver<P> {
         if first {
             self.start()?;
         }
-        let wanted = self.shared.callbacks.wants_repeated_names();
+        let wanted = Wanted {
+            every: self.shared.custom_callbacks,
+            repeated: self.shared.callbacks.wants_repeated_names(),
+        };
         P::read_names(&mut request, &self.state.core, &type_url, wanted).map_err(|e| {
             self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
         })?;
@@ -372,16 +375,20 @@ impl<P: WireProtocol> Driver<P> {
         }
         // Per-resource policy, asked with no lock held (rule C4: PERMISSION_DENIED per name).
         let node = self.info.node.as_deref().unwrap_or(&ANONYMOUS);
-        let names = P::requested_names(&request);
-        let denied = self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names);
-        // A cache that makes resources when asked makes these now, before the response.
-        if let Some(watch) = self.watches.watches.get(&type_url) {
-            let allowed = |name: &&str| match xds_proto::xdstp::normalize(name) {
-                Ok(normal) => !denied.contains_key(&*normal),
-                Err(_) => false,
-            };
-            watch.subscribed(&mut names.iter().map(String::as_str).filter(allowed));
-        }
+        let denied = {
+            let names = P::requested_names(&request);
+            let denied =
+                self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names.clone());
+            // A cache that makes resources when asked makes these now, before the response.
+            if let Some(watch) = self.watches.watches.get(&type_url) {
+                let allowed = |name: &&str| match xds_proto::xdstp::normalize(name) {
+                    Ok(normal) => !denied.contains_key(&*normal),
+                    Err(_) => false,
+                };
+                watch.subscribed(&mut names.filter(allowed));
+            }
+            denied
+        };
         let request = P::to_core(request, denied);
         let handled = lock(&self.state.core).handle_request(type_url, request, Instant::now());
         handled.map_err(|e| self.refuse(&e))

@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use xds_cache::Variant;
-use xds_core::{Delta, DeltaRequest, ErrorDetail, Sotw, SotwNames, SotwRequest, SubStream};
+use xds_core::{
+    Delta, DeltaRequest, ErrorDetail, NameSet, Sotw, SotwNames, SotwRequest, SubStream,
+};
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_proto::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
-use crate::codec::decode::{Incoming, Malformed, SotwIncoming};
+use crate::codec::decode::{DeltaIncoming, Incoming, Malformed, SotwIncoming};
 use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
 use crate::status::{Listed, TypeStatus, lock};
 
@@ -29,15 +30,16 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
     fn header(request: &mut Self::WireRequest) -> (Option<Node>, String);
     /// How many names a request carries (subscribed names for delta), for limits.
     fn name_count(request: &Self::WireRequest) -> usize;
-    /// Reads the request's names unless its sub-stream already has them: a SotW list that
-    /// repeats the sub-stream's last one in `core` is left undecoded, unless `wanted` (the
-    /// callbacks ask to see every list). `core` is locked for the check only, not while names
-    /// are decoded.
+    /// Reads the request's names unless they are known: a SotW list that repeats the
+    /// sub-stream's last one in `core` is left undecoded, unless the callbacks want repeated
+    /// lists; a delta subscription that a live subscription holds is taken as that set
+    /// ([`xds_core::NameSet`]), unless the callbacks see requests. `core` is locked for the
+    /// check only, not while names are decoded.
     fn read_names(
         request: &mut Self::WireRequest,
         core: &Mutex<CoreStream<Self>>,
         type_url: &TypeUrl,
-        wanted: bool,
+        wanted: Wanted,
     ) -> Result<(), Malformed>;
     /// Whether a stream's first request resumes: it says what the client already holds (the
     /// join gate lets such a stream in at once).
@@ -46,7 +48,7 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
     fn for_callbacks(request: &Self::WireRequest) -> XdsRequest<'_>;
     /// The names the request asks for that policy must check: a SotW list that was decoded
     /// (a repeated one was checked when it was listed), a delta request's subscriptions.
-    fn requested_names(request: &Self::WireRequest) -> &[String];
+    fn requested_names(request: &Self::WireRequest) -> impl Iterator<Item = &str> + Clone;
     /// The request as the core sees it, with the names policy refused (normal form -> reason).
     fn to_core(
         request: Self::WireRequest,
@@ -59,6 +61,16 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
         control_plane: Option<&str>,
         recent: &RecentEncodings,
     ) -> (Self::Wire, usize);
+}
+
+/// Which names the callbacks want to see in [`Callbacks::on_request`](crate::Callbacks).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wanted {
+    /// Every name of every request: the server has callbacks of its own.
+    pub(crate) every: bool,
+    /// The names of a SotW list that repeats the last one
+    /// ([`Callbacks::wants_repeated_names`](crate::Callbacks::wants_repeated_names)).
+    pub(crate) repeated: bool,
 }
 
 fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
@@ -87,10 +99,15 @@ impl WireProtocol for Sotw {
         request: &mut SotwIncoming,
         core: &Mutex<CoreStream<Self>>,
         type_url: &TypeUrl,
-        wanted: bool,
+        wanted: Wanted,
     ) -> Result<(), Malformed> {
         request.repeated = lock(core).repeats_names(type_url, &request.digest);
-        if wanted || !request.repeated {
+        // A new large list that a live subscription holds (a joining proxy's endpoints) is
+        // taken as that set, unless the callbacks look at requests: they see every name.
+        if !request.repeated && !wanted.every && request.digest.count() >= NameSet::MIN_LEN {
+            request.set = NameSet::find(&request.names_digest()?);
+        }
+        if request.set.is_none() && (wanted.repeated || !request.repeated) {
             request.request.resource_names = request.names()?;
         }
         Ok(())
@@ -108,15 +125,16 @@ impl WireProtocol for Sotw {
         }
     }
 
-    fn requested_names(request: &SotwIncoming) -> &[String] {
-        &request.request.resource_names
+    fn requested_names(request: &SotwIncoming) -> impl Iterator<Item = &str> + Clone {
+        let listed = request.request.resource_names.iter().map(String::as_str);
+        listed.chain(request.set.iter().flat_map(NameSet::iter))
     }
 
     fn to_core(r: SotwIncoming, denied: BTreeMap<String, String>) -> SotwRequest {
-        let resource_names = if r.repeated {
-            SotwNames::Repeated
-        } else {
-            SotwNames::Digested(r.request.resource_names, r.digest)
+        let resource_names = match r.set {
+            _ if r.repeated => SotwNames::Repeated,
+            Some(set) => SotwNames::Found(set, r.digest),
+            None => SotwNames::Digested(r.request.resource_names, r.digest),
         };
         SotwRequest {
             version_info: r.request.version_info,
@@ -141,44 +159,54 @@ impl WireProtocol for Sotw {
 
 /// Incremental.
 impl WireProtocol for Delta {
-    type WireRequest = DeltaDiscoveryRequest;
+    type WireRequest = DeltaIncoming;
     type Wire = DeltaWire;
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
-    fn header(r: &mut DeltaDiscoveryRequest) -> (Option<Node>, String) {
-        (r.node.take(), std::mem::take(&mut r.type_url))
+    fn header(r: &mut DeltaIncoming) -> (Option<Node>, String) {
+        (r.request.node.take(), std::mem::take(&mut r.request.type_url))
     }
 
-    fn name_count(request: &DeltaDiscoveryRequest) -> usize {
-        request.resource_names_subscribe.len()
+    fn name_count(request: &DeltaIncoming) -> usize {
+        request.subscribe.count()
     }
 
     fn read_names(
-        _: &mut DeltaDiscoveryRequest,
+        request: &mut DeltaIncoming,
         _: &Mutex<CoreStream<Self>>,
         _: &TypeUrl,
-        _: bool,
+        wanted: Wanted,
     ) -> Result<(), Malformed> {
-        // A delta request lists changes only: they are always read.
+        // A large list that a live subscription holds (a joining proxy's endpoints) is taken
+        // as that set, unless the callbacks look at requests: they see every name.
+        if !wanted.every {
+            request.set = NameSet::find(&request.subscribe);
+        }
+        if request.set.is_none() {
+            request.request.resource_names_subscribe = request.names()?;
+        }
         Ok(())
     }
 
-    fn resumes(request: &DeltaDiscoveryRequest) -> bool {
-        !request.initial_resource_versions.is_empty()
+    fn resumes(request: &DeltaIncoming) -> bool {
+        !request.request.initial_resource_versions.is_empty()
     }
 
-    fn for_callbacks(request: &DeltaDiscoveryRequest) -> XdsRequest<'_> {
-        XdsRequest::Delta(request)
+    fn for_callbacks(request: &DeltaIncoming) -> XdsRequest<'_> {
+        XdsRequest::Delta(&request.request)
     }
 
-    fn requested_names(request: &DeltaDiscoveryRequest) -> &[String] {
-        &request.resource_names_subscribe
+    fn requested_names(request: &DeltaIncoming) -> impl Iterator<Item = &str> + Clone {
+        let listed = request.request.resource_names_subscribe.iter().map(String::as_str);
+        listed.chain(request.set.iter().flat_map(NameSet::iter))
     }
 
-    fn to_core(r: DeltaDiscoveryRequest, denied: BTreeMap<String, String>) -> DeltaRequest {
+    fn to_core(incoming: DeltaIncoming, denied: BTreeMap<String, String>) -> DeltaRequest {
+        let r = incoming.request;
         DeltaRequest {
             subscribe: r.resource_names_subscribe,
+            subscribe_set: incoming.set,
             unsubscribe: r.resource_names_unsubscribe,
             initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
             response_nonce: r.response_nonce,
