@@ -274,15 +274,16 @@ impl SotwRun {
         let version = req.version_info.clone();
         let wanted = match &req.resource_names {
             SotwNames::Listed(names) | SotwNames::Digested(names, _) => names.clone(),
+            SotwNames::Found(set, _) => set.iter().map(str::to_owned).collect(),
             SotwNames::Repeated => self.names.clone(),
         };
         trace!("  request {req:?}");
         // A list the sub-stream recognises as its last one, passed as `Repeated` instead, must
         // come out exactly the same (rule S9: the same set is no change).
         let repeated = match &req.resource_names {
-            SotwNames::Listed(_) | SotwNames::Digested(..) => {
+            SotwNames::Listed(_) | SotwNames::Digested(..) | SotwNames::Found(..) => {
                 let digest = match &req.resource_names {
-                    SotwNames::Digested(_, digest) => *digest,
+                    SotwNames::Digested(_, digest) | SotwNames::Found(_, digest) => *digest,
                     _ => NamesDigest::of(&wanted),
                 };
                 self.s.repeats_names(&digest).then(|| {

@@ -1,6 +1,9 @@
 //! What the core needs to know about resources: a handle with a name and a version, and a view
 //! of the current resources of one type.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
 /// A resource handle as the protocol core sees it.
 ///
 /// The core never looks inside a resource: it compares versions and hands the handle back in the
@@ -141,6 +144,9 @@ struct SetInner<R> {
     any_ttl: bool,
     /// What a transport derives from the whole set, kept with it: see [`ResourceSet::memo`].
     memo: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+    /// The last shared subscription found to name exactly the set's resources, with its digest
+    /// then ([`ResourceSet::is_named_by`]).
+    named_by: Mutex<(Weak<BTreeSet<String>>, u128)>,
 }
 
 impl<R> Clone for ResourceSet<R> {
@@ -169,7 +175,9 @@ impl<R: Resource> ResourceSet<R> {
         resources.reverse();
         let any_ttl = resources.iter().any(|r| r.ttl().is_some());
         let memo = std::sync::OnceLock::new();
-        ResourceSet(std::sync::Arc::new(SetInner { resources: resources.into(), any_ttl, memo }))
+        let named_by = Mutex::new((Weak::new(), 0));
+        let inner = SetInner { resources: resources.into(), any_ttl, memo, named_by };
+        ResourceSet(std::sync::Arc::new(inner))
     }
 
     /// The resource named `name`.
@@ -214,6 +222,27 @@ impl<R: Resource> ResourceSet<R> {
 
     pub(crate) fn any_ttl(&self) -> bool {
         self.0.any_ttl
+    }
+
+    /// Whether `names` (a subscription's set, shared by every subscription of the same names,
+    /// whose digest is `digest`) are exactly the names of the set's resources, as the tracker
+    /// found before: a thousand proxies subscribing to every cluster's endpoints are compared
+    /// with the set once, not 10,000 pairs of names each.
+    ///
+    /// The same allocation and digest: a set changed in place (a subscription that held it
+    /// alone) has another digest. The `Weak` keeps the allocation, so no other set can take its
+    /// address while it is remembered.
+    pub(crate) fn is_named_by(&self, names: &Arc<BTreeSet<String>>, digest: u128) -> bool {
+        let last = self.0.named_by.lock().unwrap_or_else(PoisonError::into_inner);
+        std::ptr::eq(last.0.as_ptr(), Arc::as_ptr(names))
+            && last.1 == digest
+            && names.len() == self.len()
+    }
+
+    /// Remembers that `names`, of digest `digest`, are exactly the names of the set's resources.
+    pub(crate) fn named_by(&self, names: &Arc<BTreeSet<String>>, digest: u128) {
+        let mut last = self.0.named_by.lock().unwrap_or_else(PoisonError::into_inner);
+        *last = (Arc::downgrade(names), digest);
     }
 
     /// A value of type `T` kept with the set, made by `T::default()` the first time it is asked

@@ -286,6 +286,12 @@ impl Subscription {
         &self.names
     }
 
+    /// The names as shared with other subscriptions of the same names, with their digest: what
+    /// identifies them to a [`ResourceSet`](crate::ResourceSet) that remembers being named by them.
+    pub(crate) fn shared_names(&self) -> (&Arc<BTreeSet<String>>, u128) {
+        (&self.names, self.digest)
+    }
+
     /// Whether `name` is explicitly subscribed.
     pub fn has_name(&self, name: &str) -> bool {
         self.names.contains(name)

@@ -186,8 +186,25 @@ fn beyond<'a, R: Resource>(
     members.peek().is_none().then_some(beyond)
 }
 
+/// [`beyond`] for a subscription, remembered by the set when the subscription names exactly
+/// its resources (a joining proxy of every cluster's endpoints, whose subscription shares its
+/// names with every other such proxy's).
+fn covering<'a, R: Resource>(
+    sub: &'a Subscription,
+    set: &ResourceSet<R>,
+) -> Option<Vec<&'a String>> {
+    let (names, digest) = sub.shared_names();
+    if set.is_named_by(names, digest) {
+        return Some(Vec::new());
+    }
+    let missing = beyond(sub.names(), set)?;
+    if missing.is_empty() {
+        set.named_by(names, digest);
+    }
+    Some(missing)
+}
+
 impl<R: Resource> Tracker<R> {
-    /// What the client holds under `name`: `None` when nothing.
     /// Forgets the revision the held state was compared at: the next comparison looks at
     /// every subscribed name (a wildcard joined, or a client's version was not the view's).
     pub(crate) fn resync(&mut self) {
@@ -212,6 +229,7 @@ impl<R: Resource> Tracker<R> {
         &self.deferred
     }
 
+    /// What the client holds under `name`: `None` when nothing.
     pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
         match self.held.get(name) {
             Some(HeldRef::Dropped) => None,
@@ -593,7 +611,7 @@ impl<R: Resource> Tracker<R> {
             }
         } else if let Some(set) = set
             && sub.globs().is_empty()
-            && let Some(missing) = beyond(sub.names(), set)
+            && let Some(missing) = covering(sub, set)
         {
             // Every name of the set subscribed (an EDS client of every cluster), perhaps with
             // names it does not have yet: the set whole, and those names absent.
@@ -899,6 +917,35 @@ mod tests {
         fn version(&self) -> &str {
             self.1
         }
+    }
+
+    /// A set remembers the shared subscription that names exactly its resources, so that the
+    /// next joining client of the same names is not compared with it name by name; another
+    /// subscription, or one that changed since, is compared in full.
+    #[test]
+    fn a_set_remembers_the_shared_subscription_that_names_it_exactly() {
+        let names: Vec<String> = (0..100).map(|i| format!("memo-{i:03}")).collect();
+        let set = ResourceSet::new(names.iter().map(|n| Res(n.as_str().into(), "1")).collect());
+        let named = |sub: &Subscription| {
+            let (names, digest) = sub.shared_names();
+            set.is_named_by(names, digest)
+        };
+        let mut a = Subscription::default();
+        let _ = a.apply_delta(&names, None, &[], true, false);
+        assert!(!named(&a));
+        assert_eq!(covering(&a, &set).map(|missing| missing.len()), Some(0));
+        assert!(named(&a), "remembered");
+        let mut b = Subscription::default();
+        let _ = b.apply_delta(&names, None, &[], true, false);
+        assert!(named(&b), "the same names share a's set");
+        let _ = b.apply_delta(&[], None, &names[..1], false, false);
+        assert!(!named(&b) && covering(&b, &set).is_none(), "b no longer names every one");
+        let mut c = Subscription::default();
+        let mut more = names.clone();
+        more.push("memo-extra".into());
+        let _ = c.apply_delta(&more, None, &[], true, false);
+        assert_eq!(covering(&c, &set), Some(vec![&more[100]]), "named, and one more");
+        assert!(!named(&c) && named(&a), "only an exact naming is remembered");
     }
 
     /// A view with a change log that hands out one shared set per revision, as the caches do.
