@@ -151,9 +151,8 @@ pub trait Authorizer: Send + Sync + 'static {
     ///
     /// Asked for every name a stream subscribes to (each name of a changed SotW list, each name
     /// a delta request subscribes, also when the server recognised the list as one another
-    /// stream subscribed to) and every name a fetch asks for; by a server built with a policy of
-    /// its own ([`XdsServerBuilder::authorizer`](crate::XdsServerBuilder::authorizer)): the
-    /// default, [`AllowAll`], is not asked name by name. A refused name is not
+    /// stream subscribed to) and every name a fetch asks for, unless
+    /// [`checks_resources`](Self::checks_resources) says no name is refused on its own. A refused name is not
     /// subscribed, and a stream's client is told why once: `PERMISSION_DENIED` for that name in
     /// `resource_errors` (rule C4), while its other resources are served; a fetch leaves it out.
     /// Wildcard and glob subscriptions are decided by `authorize` for the whole type: to keep
@@ -161,6 +160,14 @@ pub trait Authorizer: Send + Sync + 'static {
     fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
         let _ = (request, name);
         Ok(())
+    }
+
+    /// Whether [`authorize_resource`](Self::authorize_resource) may refuse a name. When it
+    /// cannot (it is the default, which allows every resource), return `false`: the server then
+    /// does not hand it each name a stream subscribes to (10,000 per proxy joining a large mesh).
+    /// Default: `true`, so that a policy that decides per resource is always asked.
+    fn checks_resources(&self) -> bool {
+        true
     }
 }
 
@@ -172,10 +179,14 @@ impl Authorizer for AllowAll {
     fn authorize(&self, _: &Request<'_>) -> Result<(), Refusal> {
         Ok(())
     }
+
+    fn checks_resources(&self) -> bool {
+        false
+    }
 }
 
 /// Shared policies: a control plane that also asks its policy itself (or a test that counts its
-/// calls) keeps an `Arc` of it and hands the server a clone. Both methods are forwarded.
+/// calls) keeps an `Arc` of it and hands the server a clone. Every method is forwarded.
 impl<T: Authorizer + ?Sized> Authorizer for Arc<T> {
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
         (**self).authorize(request)
@@ -184,10 +195,14 @@ impl<T: Authorizer + ?Sized> Authorizer for Arc<T> {
     fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
         (**self).authorize_resource(request, name)
     }
+
+    fn checks_resources(&self) -> bool {
+        (**self).checks_resources()
+    }
 }
 
 /// A boxed policy (e.g. one chosen at start-up from the command line, as a
-/// `Box<dyn Authorizer>`). Both methods are forwarded.
+/// `Box<dyn Authorizer>`). Every method is forwarded.
 impl<T: Authorizer + ?Sized> Authorizer for Box<T> {
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
         (**self).authorize(request)
@@ -195,6 +210,10 @@ impl<T: Authorizer + ?Sized> Authorizer for Box<T> {
 
     fn authorize_resource(&self, request: &Request<'_>, name: &str) -> Result<(), Refusal> {
         (**self).authorize_resource(request, name)
+    }
+
+    fn checks_resources(&self) -> bool {
+        (**self).checks_resources()
     }
 }
 
@@ -242,6 +261,11 @@ where
 {
     fn authorize(&self, request: &Request<'_>) -> Result<(), Refusal> {
         (self.0)(request)
+    }
+
+    /// A closure over the whole request refuses no name on its own.
+    fn checks_resources(&self) -> bool {
+        false
     }
 }
 
@@ -406,6 +430,11 @@ impl Authorizer for NodeIdentity {
             Access::ClientStatus => client_status_on_admin_only(request.entry),
         }
     }
+
+    /// Decided per node for the whole type: no name is refused on its own.
+    fn checks_resources(&self) -> bool {
+        false
+    }
 }
 
 /// The ready allow list: nodes the operator names, by node id, node cluster, the SPIFFE id of
@@ -543,6 +572,11 @@ impl Authorizer for AllowList {
             Access::ClientStatus => client_status_on_admin_only(request.entry),
         }
     }
+
+    /// Decided per node for the whole type: no name is refused on its own.
+    fn checks_resources(&self) -> bool {
+        false
+    }
 }
 
 /// CSDS (every client's status) only on the admin router: no node's identity scopes it.
@@ -620,6 +654,30 @@ pub(crate) fn authorize(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The server skips asking name by name only for a policy that says it refuses no name on
+    /// its own: every built-in one, and whatever a wrapper wraps; a policy of the user's own is
+    /// asked unless it says otherwise.
+    #[test]
+    fn only_a_policy_that_refuses_no_name_on_its_own_is_spared_the_names() {
+        struct PerName;
+        impl Authorizer for PerName {
+            fn authorize(&self, _: &Request<'_>) -> Result<(), Refusal> {
+                Ok(())
+            }
+            fn authorize_resource(&self, _: &Request<'_>, name: &str) -> Result<(), Refusal> {
+                Err(Refusal(format!("not {name}")))
+            }
+        }
+        assert!(PerName.checks_resources(), "asked by default");
+        assert!(!AllowAll.checks_resources());
+        assert!(!NodeIdentity::new().checks_resources());
+        assert!(!AllowList::new().checks_resources());
+        assert!(!from_fn(|_| Ok(())).checks_resources());
+        assert!(Arc::new(PerName).checks_resources() && !Arc::new(AllowAll).checks_resources());
+        let boxed: Box<dyn Authorizer> = Box::new(PerName);
+        assert!(boxed.checks_resources());
+    }
 
     fn peer(names: &[&str]) -> Peer {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();

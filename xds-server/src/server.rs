@@ -38,9 +38,6 @@ pub(crate) struct Shared {
     /// [`Callbacks`]); the no-op default is called inline.
     pub(crate) custom_callbacks: bool,
     pub(crate) authorizer: Arc<dyn Authorizer>,
-    /// Whether the user set a policy: the default ([`AllowAll`]) allows every resource, so
-    /// names are not handed to it one by one (10,000 per joining proxy).
-    pub(crate) custom_authorizer: bool,
     pub(crate) secrets: UnauthenticatedSecrets,
     pub(crate) status: Arc<StatusRegistry>,
     pub(crate) metrics: Arc<Metrics>,
@@ -103,7 +100,7 @@ impl Shared {
 
     /// The names of `names` (as requested) that the authorizer refuses for `node`, by normal
     /// form (rule C1), with the reason. Empty without asking when no name is requested or the
-    /// policy is the default, which allows every resource.
+    /// policy refuses no name on its own ([`Authorizer::checks_resources`]).
     pub(crate) fn denied_names<'a>(
         &self,
         peer: &Peer,
@@ -114,7 +111,7 @@ impl Shared {
     ) -> std::collections::BTreeMap<String, String> {
         let mut denied = std::collections::BTreeMap::new();
         let mut names = names.into_iter().peekable();
-        if !self.custom_authorizer || names.peek().is_none() {
+        if !self.authorizer.checks_resources() || names.peek().is_none() {
             return denied;
         }
         let request =
@@ -180,7 +177,6 @@ pub struct XdsServerBuilder {
     callbacks: Arc<dyn Callbacks>,
     custom_callbacks: bool,
     authorizer: Arc<dyn Authorizer>,
-    custom_authorizer: bool,
     secrets: UnauthenticatedSecrets,
     lrs: LoadReportingServer,
     hds: Option<HealthDiscoveryServer>,
@@ -192,7 +188,6 @@ impl XdsServerBuilder {
     #[must_use]
     pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
         self.authorizer = Arc::new(authorizer);
-        self.custom_authorizer = true;
         self
     }
 
@@ -353,7 +348,6 @@ impl XdsServerBuilder {
                 callbacks: self.callbacks,
                 custom_callbacks: self.custom_callbacks,
                 authorizer: self.authorizer,
-                custom_authorizer: self.custom_authorizer,
                 secrets: self.secrets,
                 custom_labels,
                 status: Arc::default(),
@@ -384,7 +378,6 @@ impl XdsServer {
             callbacks: Arc::new(NoCallbacks),
             custom_callbacks: false,
             authorizer: Arc::new(AllowAll),
-            custom_authorizer: false,
             secrets: UnauthenticatedSecrets::default(),
             lrs: LoadReportingServer::new(),
             hds: None,

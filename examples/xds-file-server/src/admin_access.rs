@@ -182,6 +182,10 @@ impl<A: Authorizer> Authorizer for CsdsOnAdminOnly<A> {
     fn authorize_resource(&self, request: &authz::Request<'_>, name: &str) -> Result<(), Refusal> {
         self.0.authorize_resource(request, name)
     }
+
+    fn checks_resources(&self) -> bool {
+        self.0.checks_resources()
+    }
 }
 
 /// A 401 that also closes an HTTP/1.1 connection: a peer without the token keeps no slot of the
