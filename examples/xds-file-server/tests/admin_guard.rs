@@ -20,6 +20,10 @@ use common::*;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
+/// How long a flood may take to get past the server's descriptors: the kernel completes the
+/// handshakes only as fast as a loaded two-core machine runs them.
+const FLOOD_WAIT: Duration = Duration::from_secs(60);
+
 fn write_config(dir: &Path) {
     write_clusters(dir, &["a", "b"]);
 }
@@ -81,11 +85,10 @@ async fn grpc_and_rest_keep_serving_while_2000_idle_connections_sit_on_the_admin
     let flood = Flood::open(running.admin, 2000, |i| peer(2, 100, i));
     // Past the 256 descriptors the server has (the rest keep retrying). How many more the
     // kernel completes depends on its backlogs and on how fast a loaded machine runs the
-    // handshakes (452 seen in 15 s under a full test run): past the server's descriptors is
-    // what the test needs.
-    flood
-        .until("admin connections established", Duration::from_secs(30), |f| f.established() >= 384)
-        .await;
+    // handshakes (452 seen in 15 s under a full test run; 360 in 30 s once, and 372 in the gRPC
+    // flood below, with the rest of CI's tests running on two cores): past the server's
+    // descriptors is what the test needs, not how fast a busy machine gets there.
+    flood.until("admin connections established", FLOOD_WAIT, |f| f.established() >= 384).await;
 
     // A proxy gets its configuration and REST answers, with every idle connection still open.
     assert_eq!(clusters_within(&running, Duration::from_secs(10)).await, 2);
@@ -121,9 +124,7 @@ async fn a_connected_proxy_rest_and_admin_keep_serving_while_idle_connections_fl
     // 2,000 connections offered at once from 40 peers, kept open and silent: more than every
     // descriptor of the server, and more than the port's cap however each peer's is set.
     let flood = Flood::open(running.grpc, 2000, |i| peer(1, 40, i));
-    flood
-        .until("gRPC connections established", Duration::from_secs(30), |f| f.established() >= 384)
-        .await;
+    flood.until("gRPC connections established", FLOOD_WAIT, |f| f.established() >= 384).await;
 
     // The server keeps descriptors to spare: the caps (108 + 36 + 48 at this limit) leave 64.
     // (125 seen: 17 of its own and the gRPC port's 108.)
