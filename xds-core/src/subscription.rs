@@ -1,11 +1,12 @@
 //! A sub-stream's subscription: the names it asked for and whether it is a wildcard.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::digest::NamesDigest;
 use crate::message::AddedNames;
-use crate::xdstp::is_glob_name;
+use crate::xdstp::{self, is_glob_name};
 
 /// The name that subscribes to every resource of a wildcard-capable type (rule S10).
 pub const WILDCARD: &str = "*";
@@ -57,8 +58,10 @@ fn name_hash(name: &str) -> u128 {
     crate::digest::hash(name.as_bytes())
 }
 
+/// The sum of [`name_hash`] over `names`: the hash of [`NamesDigest::of`], which the server
+/// computes from a request's bytes and [`NameSet::find`] looks up.
 fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
-    names.fold(0u128, |acc, n| acc.wrapping_add(name_hash(n)))
+    NamesDigest::of(names).hash()
 }
 
 /// Name sets smaller than this are not worth sharing.
@@ -168,8 +171,10 @@ impl NameSet {
             let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
             shared.as_ref()?.get(&(listed.hash(), listed.count())).and_then(Weak::upgrade)?
         };
-        // Two lookups in the tree, not a pass over it: every `xdstp://` name sorts together.
-        let xdstp = names.range::<str, _>(XDSTP_NAMES).next().is_some();
+        // Two lookups in the tree, not a pass over it: every `xdstp://` name sorts together,
+        // so the first name from the scheme on is one if any is.
+        let from_scheme = (Bound::Included(xdstp::SCHEME), Bound::Unbounded);
+        let xdstp = names.range::<str, _>(from_scheme).next().is_some_and(|n| xdstp::is_xdstp(n));
         (!xdstp && !names.contains(WILDCARD)).then_some(NameSet { names, digest: listed.hash() })
     }
 
@@ -188,10 +193,6 @@ impl NameSet {
         self.names.iter().map(String::as_str)
     }
 }
-
-/// Every name that starts with `xdstp://`, as a range of a sorted set of strings: `0` follows `/`.
-const XDSTP_NAMES: (std::ops::Bound<&str>, std::ops::Bound<&str>) =
-    (std::ops::Bound::Included("xdstp://"), std::ops::Bound::Excluded("xdstp:/0"));
 
 /// The names a subscription change added and removed. When the wildcard joins or leaves, its
 /// marker `*` comes first in `added` or `removed`, before the names in order. (A type without a
@@ -407,11 +408,7 @@ impl Subscription {
                 change.whole = Some(set.clone());
             } else {
                 for name in set.names.iter() {
-                    if !self.names.contains(name) {
-                        Arc::make_mut(&mut self.names).insert(name.clone());
-                        self.digest = self.digest.wrapping_add(name_hash(name));
-                        change.added.push(name.clone());
-                    }
+                    self.add_name(name, &mut change);
                 }
             }
         }
@@ -448,10 +445,8 @@ impl Subscription {
                     self.wildcard = Wildcard::Explicit;
                 } else if is_glob_name(name) {
                     self.add_glob(name, &mut change);
-                } else if !self.names.contains(name) {
-                    Arc::make_mut(&mut self.names).insert(name.clone());
-                    self.digest = self.digest.wrapping_add(name_hash(name));
-                    change.added.push(name.clone());
+                } else {
+                    self.add_name(name, &mut change);
                 }
             }
         }
@@ -493,6 +488,15 @@ impl Subscription {
         }
         change.mark_wildcard(was_wildcard, self.is_wildcard());
         change
+    }
+
+    /// Adds a name to the subscription, recording it in `change` if it is new.
+    fn add_name(&mut self, name: &str, change: &mut Change) {
+        if !self.names.contains(name) {
+            Arc::make_mut(&mut self.names).insert(name.to_owned());
+            self.digest = self.digest.wrapping_add(name_hash(name));
+            change.added.push(name.to_owned());
+        }
     }
 
     /// Adds a glob collection (rule C2) to the subscription, recording it in `change`.
