@@ -11,8 +11,8 @@
 //! as [`SotwNames::Digested`](crate::SotwNames::Digested), decoded, with the digest for next time.
 
 /// A 128-bit hash of bytes: wyhash's mixing step (a 64×64→128-bit multiply, its halves folded
-/// together) over each 16-byte block, then one full 128-bit product of the state and the length,
-/// so a short name takes two multiplies. It hashes every name of every SotW request that lists
+/// together) over each 16-byte block (in four lanes from 64 bytes on), then one full 128-bit
+/// product of the state and the length, so a short name takes two multiplies. It hashes every name of every SotW request that lists
 /// names ([`NamesDigest::of`], and the subscription's own set digest), and the encoded list of
 /// every SotW ACK ([`NamesDigest::of_encoded`]). SipHash took a quarter of the server's CPU in
 /// SotW runs. The output has 64 bits of entropy spread over 128.
@@ -35,7 +35,23 @@ pub(crate) fn hash(bytes: &[u8]) -> u128 {
     }
     let len = bytes.len() as u64;
     let mut h = K[0] ^ len;
-    let mut blocks = bytes.chunks_exact(16);
+    let mut rest = bytes;
+    if bytes.len() >= 64 {
+        // Four lanes of 16-byte blocks side by side: each block's multiply waits for its own
+        // lane's last one only, so a long input (a SotW list of 10,000 names, ~140 KB) hashes
+        // at the multiplier's throughput rather than its latency, about three times as fast.
+        let mut lanes = [h, h ^ K[1], h ^ K[2], h ^ K[3]];
+        let mut chunks = bytes.chunks_exact(64);
+        for chunk in &mut chunks {
+            for (lane, block) in lanes.iter_mut().zip(chunk.chunks_exact(16)) {
+                let (a, b) = block.split_at(8);
+                *lane = fold(word(a) ^ K[1] ^ *lane, word(b) ^ K[2]);
+            }
+        }
+        h = fold(lanes[0] ^ K[1], lanes[1] ^ K[2]) ^ fold(lanes[2] ^ K[3], lanes[3] ^ K[0]);
+        rest = chunks.remainder();
+    }
+    let mut blocks = rest.chunks_exact(16);
     for block in &mut blocks {
         let (a, b) = block.split_at(8);
         h = fold(word(a) ^ K[1] ^ h, word(b) ^ K[2]);
@@ -161,5 +177,23 @@ mod tests {
         for n in edges {
             assert!(seen.insert(hash(n.as_bytes())), "{n:?}");
         }
+        // Long inputs, hashed in lanes: one byte changed anywhere, or two 16-byte blocks
+        // swapped (within a 64-byte chunk, across chunks, into the tail), changes the hash.
+        let long: Vec<u8> = (0..216u8).collect();
+        assert!(seen.insert(hash(&long)));
+        for i in 0..long.len() {
+            let mut changed = long.clone();
+            changed[i] ^= 1;
+            assert!(seen.insert(hash(&changed)), "byte {i}");
+        }
+        for (a, b) in [(0, 1), (0, 4), (1, 5), (3, 8), (2, 12)] {
+            let mut swapped = long.clone();
+            let block = |k: usize| 16 * k..16 * (k + 1);
+            let (x, y) = (swapped[block(a)].to_vec(), swapped[block(b)].to_vec());
+            swapped[block(a)].copy_from_slice(&y);
+            swapped[block(b)].copy_from_slice(&x);
+            assert!(seen.insert(hash(&swapped)), "blocks {a} and {b}");
+        }
+        assert!(seen.insert(hash(&long[..64])) && seen.insert(hash(&long[..63])));
     }
 }

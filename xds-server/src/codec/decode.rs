@@ -11,10 +11,10 @@
 //! digested on the way ([`NamesDigest`]). A SotW client repeats its whole subscription with every
 //! ACK (10,000 names for the endpoints of a large mesh, from every proxy after every update); the
 //! stream compares the digest with the list its sub-stream last took in and decodes the names
-//! only when they changed.
+//! only when they changed. A large list a stream sent lately is recognised by the hash of its
+//! bytes alone ([`KnownLists`]), without walking its 10,000 fields.
 
 use std::future::poll_fn;
-use std::marker::PhantomData;
 use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -31,8 +31,10 @@ use super::frame::{self, HEADER};
 
 /// A request message as a stream reads it off the wire.
 pub(crate) trait Incoming: Sized {
+    /// What a stream's reader keeps from one message to read the next.
+    type Memo: Default + Send;
     /// Decodes one message (the bytes of one gRPC frame, without its header).
-    fn decode(message: Bytes) -> Result<Self, Malformed>;
+    fn decode(message: Bytes, memo: &mut Self::Memo) -> Result<Self, Malformed>;
 }
 
 /// Why a request message did not decode.
@@ -51,40 +53,62 @@ const RESOURCE_NAMES: u32 = 3;
 /// The one-byte key of a `resource_names` entry: field 3, length-delimited.
 const NAME_KEY: u8 = (RESOURCE_NAMES as u8) << 3 | WireType::LengthDelimited as u8;
 
-/// One pass over a request message: prost decodes every field into `request` but the names of
-/// field 3, which are skipped and handed to `name` in place: the range of the whole field in
-/// the message (key and length included) and the name's bytes.
-fn read_fields<M: Message>(
-    message: &[u8],
-    request: &mut M,
-    mut name: impl FnMut(Range<usize>, &[u8]),
-) -> Result<(), Malformed> {
-    let mut buf = message;
-    while let Some(&key) = buf.first() {
-        let start = message.len() - buf.len();
-        // A name, most likely: its key and (under 128 bytes) its length are one byte each.
-        // Read inline, it costs a few instructions; prost's varint decoding, not inlined,
-        // was a third of the server's CPU at every update.
-        let short = (key == NAME_KEY).then(|| buf.get(1).filter(|&&len| len < 0x80)).flatten();
-        let value = if let Some(&len) = short {
-            let value = buf.get(2..2 + usize::from(len));
-            let value = value.ok_or(Malformed::Names("buffer underflow"))?;
-            buf = &buf[2 + usize::from(len)..];
-            Some(value)
-        } else {
-            let (tag, wire_type) = decode_key(&mut buf)?;
-            if tag == RESOURCE_NAMES {
-                Some(bytes_field(wire_type, &mut buf)?)
-            } else {
-                request.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
-                None
-            }
-        };
-        if let Some(value) = value {
-            name(start..message.len() - buf.len(), value);
-        }
+/// A name field of a message: the range of the whole field (key and length included) and the
+/// name's bytes.
+type NameField<'a> = (Range<usize>, &'a [u8]);
+
+/// One pass over a request message: prost decodes every field into the request but the names
+/// of field 3, which are skipped and handed to the caller in place.
+struct Fields<'a, M> {
+    message: &'a [u8],
+    /// Where the next field starts.
+    at: usize,
+    request: M,
+}
+
+impl<'a, M: Message> Fields<'a, M> {
+    fn new(message: &'a [u8], request: M) -> Self {
+        Fields { message, at: 0, request }
     }
-    Ok(())
+
+    /// The next name field. Every other field on the way is decoded into the request.
+    fn next_name(&mut self) -> Result<Option<NameField<'a>>, Malformed> {
+        let message = self.message;
+        while let Some(mut buf) = message.get(self.at..).filter(|rest| !rest.is_empty()) {
+            let start = self.at;
+            // A name, most likely: its key and (under 128 bytes) its length are one byte each.
+            // Read inline, it costs a few instructions; prost's varint decoding, not inlined,
+            // was a third of the server's CPU at every update.
+            let short = match buf {
+                [NAME_KEY, len, ..] if *len < 0x80 => Some(usize::from(*len)),
+                _ => None,
+            };
+            let value = if let Some(len) = short {
+                let value = buf.get(2..2 + len).ok_or(Malformed::Names("buffer underflow"))?;
+                buf = &buf[2 + len..];
+                Some(value)
+            } else {
+                let (tag, wire_type) = decode_key(&mut buf)?;
+                if tag == RESOURCE_NAMES {
+                    Some(bytes_field(wire_type, &mut buf)?)
+                } else {
+                    let context = DecodeContext::default();
+                    self.request.merge_field(tag, wire_type, &mut buf, context)?;
+                    None
+                }
+            };
+            self.at = message.len() - buf.len();
+            if let Some(value) = value {
+                return Ok(Some((start..self.at, value)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Goes on reading at `at`, past bytes known without reading them.
+    fn skip_to(&mut self, at: usize) {
+        self.at = at;
+    }
 }
 
 /// Each name of field 3, as bytes (a second pass over the message, the other fields skipped).
@@ -132,14 +156,19 @@ pub(crate) struct DeltaIncoming {
 }
 
 impl Incoming for DeltaIncoming {
+    type Memo = ();
+
     /// One pass over the message, as [`SotwIncoming`] reads one, with a hash of each name
     /// instead of one over the list: proxies list the same names in their own order. UTF-8 is
     /// checked when the names are decoded; names recognised as a live set never are (see
     /// [`NameSet`](xds_core::NameSet) for what a collision could do).
-    fn decode(message: Bytes) -> Result<Self, Malformed> {
-        let mut request = DeltaDiscoveryRequest::default();
+    fn decode(message: Bytes, (): &mut ()) -> Result<Self, Malformed> {
+        let mut fields = Fields::new(&message, DeltaDiscoveryRequest::default());
         let mut subscribe = NamesDigest::default();
-        read_fields(&message, &mut request, |_, name| subscribe.push(name))?;
+        while let Some((_, name)) = fields.next_name()? {
+            subscribe.push(name);
+        }
+        let request = fields.request;
         Ok(DeltaIncoming { request, subscribe, message, set: None })
     }
 }
@@ -169,26 +198,111 @@ pub(crate) struct SotwIncoming {
 }
 
 impl Incoming for SotwIncoming {
+    type Memo = KnownLists;
+
     /// One pass over the message: prost decodes every other field, the names' fields are
     /// skipped and their bytes digested in place, in one go. Whether the names are UTF-8 is
     /// checked when they are decoded, and names that repeat the sub-stream's last list never
     /// are: that costs the chance (about 2^-64, or a client crafting its own collision) that a
     /// malformed list passes for the last one, and then it changes nothing.
-    fn decode(message: Bytes) -> Result<Self, Malformed> {
-        let mut request = DiscoveryRequest::default();
+    fn decode(message: Bytes, known: &mut KnownLists) -> Result<Self, Malformed> {
+        let mut fields = Fields::new(&message, DiscoveryRequest::default());
         let mut count = 0;
         // The runs of consecutive name fields, as offsets into the message: one run, as every
         // encoder writes fields in order, unless the client interleaves them with others.
         let mut runs: Vec<Range<usize>> = Vec::new();
-        read_fields(&message, &mut request, |field, _| {
+        let mut recognised = None;
+        while let Some((field, _)) = fields.next_name()? {
+            if runs.is_empty()
+                && let Some((len, digest)) = known.recognise(&message, field.start)
+            {
+                let run = field.start..field.start + len;
+                fields.skip_to(run.end);
+                (count, recognised) = (digest.count(), Some(digest));
+                runs.push(run);
+                continue;
+            }
+            // A name after a recognised list makes another list: its digest is made anew.
+            recognised = None;
             count += 1;
             match runs.last_mut() {
                 Some(run) if run.end == field.start => run.end = field.end,
                 _ => runs.push(field),
             }
-        })?;
-        let digest = NamesDigest::of_encoded(count, runs.iter().map(|run| &message[run.clone()]));
+        }
+        let request = fields.request;
+        let digest = match (&runs[..], recognised) {
+            ([_], Some(digest)) => digest,
+            _ => NamesDigest::of_encoded(count, runs.iter().map(|run| &message[run.clone()])),
+        };
+        if let [run] = &runs[..] {
+            known.remember(&message[run.clone()], digest);
+        }
         Ok(SotwIncoming { request, digest, message, repeated: false, set: None })
+    }
+}
+
+/// How many lists a SotW stream remembers: one per resource type whose requests name many
+/// resources (endpoints, routes, secrets, ...).
+const KNOWN_LISTS: usize = 4;
+
+/// A list is remembered from this size on: below it, walking its fields costs little.
+const KNOWN_LIST_MIN_BYTES: usize = 1024;
+
+/// The large name lists a SotW stream's requests carried lately, by their bytes.
+///
+/// A SotW client repeats its list with every ACK, byte for byte, and the fields in a message
+/// before the list (`version_info`, `node`) do not move it from a list of the same type. Walking
+/// 10,000 name fields to find where the list ends took half of the time an ACK's names cost;
+/// a list remembered is recognised instead by one hash of the bytes where it would be, the same
+/// hash its digest is made of ([`NamesDigest::of_encoded`]). The other fields are read as before.
+/// Bytes that hash like the remembered list are taken as that list (a crafted collision is the
+/// bargain [`NamesDigest`] already makes: it leaves the client's own subscription as it was).
+#[derive(Debug, Default)]
+pub(crate) struct KnownLists(Vec<KnownList>);
+
+#[derive(Debug)]
+struct KnownList {
+    /// The list's fields, as bytes.
+    len: usize,
+    /// Its first bytes: a cheap check before the hash.
+    head: [u8; 16],
+    digest: NamesDigest,
+}
+
+impl KnownLists {
+    /// The length and digest of the remembered list that `message` holds at `start`, if any.
+    /// At most one candidate is hashed, so a request costs at most one hash more than its
+    /// names' own.
+    fn recognise(&mut self, message: &[u8], start: usize) -> Option<(usize, NamesDigest)> {
+        let at = self.0.iter().position(|list| {
+            let end = start + list.len;
+            message.get(start..end).is_some_and(|bytes| bytes.starts_with(&list.head))
+                // A name field right after: the list is longer than the one remembered, and
+                // hashing its first part would be for nothing (the walk reads it whole anyway).
+                && message.get(end) != Some(&NAME_KEY)
+        })?;
+        let list = self.0.remove(at);
+        let bytes = &message[start..start + list.len];
+        let found = NamesDigest::of_encoded(list.digest.count(), [bytes]) == list.digest;
+        let known = (list.len, list.digest);
+        // Most recently seen first.
+        self.0.insert(0, list);
+        found.then_some(known)
+    }
+
+    /// Remembers a list read in one run: `bytes` are its fields.
+    fn remember(&mut self, bytes: &[u8], digest: NamesDigest) {
+        let Some(head) = bytes.first_chunk::<16>().filter(|_| bytes.len() >= KNOWN_LIST_MIN_BYTES)
+        else {
+            return;
+        };
+        if self.0.first().is_some_and(|list| list.len == bytes.len() && list.digest == digest) {
+            return;
+        }
+        self.0.retain(|list| list.digest != digest);
+        self.0.insert(0, KnownList { len: bytes.len(), head: *head, digest });
+        self.0.truncate(KNOWN_LISTS);
     }
 }
 
@@ -226,19 +340,19 @@ fn bytes_field<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], 
 }
 
 /// The messages of one request body, each at most `max` bytes.
-pub(crate) struct Requests<T> {
+pub(crate) struct Requests<T: Incoming> {
     body: axum::body::Body,
     /// What arrived and is not decoded yet: a frame header, part of a message, or whole ones.
     buf: BytesMut,
     max: usize,
     /// The body ended (the client closed its side).
     ended: bool,
-    message: PhantomData<fn() -> T>,
+    memo: T::Memo,
 }
 
 impl<T: Incoming> Requests<T> {
     pub(crate) fn new(body: axum::body::Body, max: usize) -> Self {
-        Requests { body, buf: BytesMut::new(), max, ended: false, message: PhantomData }
+        Requests { body, buf: BytesMut::new(), max, ended: false, memo: T::Memo::default() }
     }
 
     /// The next message; `None` once the client closed its side. Errors as tonic's request
@@ -296,7 +410,7 @@ impl<T: Incoming> Requests<T> {
         }
         let mut frame = self.buf.split_to(HEADER + len);
         frame.advance(HEADER);
-        let message = T::decode(frame.freeze())
+        let message = T::decode(frame.freeze(), &mut self.memo)
             .map_err(|e| Status::internal(format!("failed to decode Protobuf message: {e}")));
         if self.buf.is_empty() {
             // Let the buffer go: the next message gets one of its own size.
@@ -379,7 +493,8 @@ mod tests {
             response_nonce: "7".into(),
             ..Default::default()
         };
-        let read = <DeltaIncoming as Incoming>::decode(Bytes::from(request.encode_to_vec()));
+        let read =
+            <DeltaIncoming as Incoming>::decode(Bytes::from(request.encode_to_vec()), &mut ());
         let read = read.expect("decodes");
         assert!(read.request.resource_names_subscribe.is_empty(), "names left in the bytes");
         let mut reversed = listed.clone();
@@ -421,7 +536,9 @@ mod tests {
         let expected = <DiscoveryRequest as Message>::decode(&bytes[..]).unwrap_or_default();
         assert_eq!(expected.resource_names.len(), 5);
 
-        let read = <SotwIncoming as Incoming>::decode(Bytes::from(bytes)).expect("decodes");
+        let read =
+            <SotwIncoming as Incoming>::decode(Bytes::from(bytes), &mut KnownLists::default())
+                .expect("decodes");
         assert!(read.request.resource_names.is_empty(), "names are not decoded on the way in");
         let names = read.names().expect("names decode");
         assert_eq!(names, expected.resource_names);
@@ -435,9 +552,12 @@ mod tests {
             ..Default::default()
         };
         let digest = |m: &DiscoveryRequest| {
-            <SotwIncoming as Incoming>::decode(Bytes::from(m.encode_to_vec()))
-                .map(|r| r.digest)
-                .ok()
+            <SotwIncoming as Incoming>::decode(
+                Bytes::from(m.encode_to_vec()),
+                &mut KnownLists::default(),
+            )
+            .map(|r| r.digest)
+            .ok()
         };
         let one_run = digest(&ack);
         assert!(one_run.is_some_and(|d| d.count() == 5));
@@ -449,6 +569,93 @@ mod tests {
         let mut reordered = ack.clone();
         reordered.resource_names.swap(0, 1);
         assert_ne!(digest(&reordered), one_run);
+    }
+
+    /// A stream's reader remembers its large lists and recognises an ACK's list by the hash of
+    /// its bytes, without walking its fields: whatever the stream sends next (the same list
+    /// after another node or version, a longer, shorter or changed list, another type's list,
+    /// a name more in a second run), it reads what a reader that remembers nothing reads.
+    #[test]
+    fn a_remembered_list_is_recognised_and_reads_as_a_fresh_reader_reads_it() {
+        let names = |prefix: &str, n: usize| -> Vec<String> {
+            (0..n).map(|i| format!("{prefix}-{i}")).collect()
+        };
+        let request =
+            |version: &str, resource_names: Vec<String>, type_url: &str| DiscoveryRequest {
+                version_info: version.into(),
+                resource_names,
+                type_url: type_url.into(),
+                response_nonce: format!("n{version}"),
+                ..Default::default()
+            };
+        let eds = names("cluster", 1_000);
+        let mut changed = eds.clone();
+        changed[500] = "cluster-x00".into();
+        let mut longer = eds.clone();
+        longer.push("cluster-1000".into());
+        let first = DiscoveryRequest {
+            node: Some(xds_proto::pb::envoy::config::core::v3::Node {
+                id: "n".into(),
+                ..Default::default()
+            }),
+            ..request("", eds.clone(), "e")
+        };
+        let mut two_runs = request("7", eds.clone(), "e").encode_to_vec();
+        two_runs.extend(request("", vec!["cluster-1000".into()], "").encode_to_vec());
+        // The list, then one name more right after it, its key written in two bytes (protobuf
+        // allows that): not a name key where the list ends, yet the list goes on.
+        let mut run_on = request("11", Vec::new(), "").encode_to_vec();
+        let only_names = DiscoveryRequest { resource_names: eds.clone(), ..Default::default() };
+        run_on.extend(only_names.encode_to_vec());
+        run_on.extend([NAME_KEY | 0x80, 0x00, 12]);
+        run_on.extend(b"cluster-1000");
+        run_on.extend(request("", Vec::new(), "e").encode_to_vec());
+        let sequence = [
+            first.encode_to_vec(),
+            request("1", eds.clone(), "e").encode_to_vec(),
+            request("", names("route", 300), "r").encode_to_vec(),
+            request("2", eds.clone(), "e").encode_to_vec(),
+            request("3", changed.clone(), "e").encode_to_vec(),
+            request("4", eds[..999].to_vec(), "e").encode_to_vec(),
+            request("5", longer.clone(), "e").encode_to_vec(),
+            request("6", eds.clone(), "e").encode_to_vec(),
+            two_runs,
+            request("8", names("route", 300), "r").encode_to_vec(),
+            request("9", Vec::new(), "e").encode_to_vec(),
+            request("10", eds.clone(), "e").encode_to_vec(),
+            run_on,
+        ];
+        let mut known = KnownLists::default();
+        let mut digests = Vec::new();
+        for (i, bytes) in sequence.into_iter().enumerate() {
+            let expected = <DiscoveryRequest as Message>::decode(&bytes[..]).unwrap_or_default();
+            let bytes = Bytes::from(bytes);
+            let fresh =
+                <SotwIncoming as Incoming>::decode(bytes.clone(), &mut KnownLists::default())
+                    .expect("decodes");
+            let read = <SotwIncoming as Incoming>::decode(bytes, &mut known).expect("decodes");
+            assert_eq!(read.digest, fresh.digest, "request {i}");
+            assert_eq!(read.digest.count(), expected.resource_names.len(), "request {i}");
+            let names = read.names().expect("names decode");
+            assert_eq!(names, expected.resource_names, "request {i}");
+            assert_eq!(DiscoveryRequest { resource_names: names, ..read.request }, expected);
+            digests.push(read.digest);
+        }
+        // The same list, recognised, has the same digest; every other list another one.
+        assert_eq!(digests[0], digests[1]);
+        assert_eq!(digests[1], digests[3]);
+        assert_eq!(digests[3], digests[7]);
+        assert_eq!(digests[7], digests[11]);
+        assert_eq!(digests[2], digests[9]);
+        for i in [4, 5, 6, 8, 12] {
+            assert_ne!(digests[i], digests[0], "request {i}");
+        }
+        assert_eq!(digests[12].count(), 1_001);
+        // Both large lists are remembered (and the longer, the shorter and the changed ones,
+        // within the bound), most recent first.
+        assert_eq!(known.0.len(), KNOWN_LISTS);
+        assert_eq!(known.0[0].digest, digests[12]);
+        assert!(known.0.iter().any(|list| list.digest == digests[9]));
     }
 
     #[test]
@@ -465,7 +672,10 @@ mod tests {
         for (why, bytes) in cases {
             assert!(<DiscoveryRequest as Message>::decode(bytes).is_err(), "prost: {why}");
             // Refused as it is read, or (a name that is not UTF-8) once its names are decoded.
-            let read = <SotwIncoming as Incoming>::decode(Bytes::from_static(bytes));
+            let read = <SotwIncoming as Incoming>::decode(
+                Bytes::from_static(bytes),
+                &mut KnownLists::default(),
+            );
             assert!(read.is_err() || read.is_ok_and(|r| r.names().is_err()), "{why}");
         }
     }
