@@ -289,9 +289,13 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     guard: StreamGuard<N>,
     rate: TokenBucket,
     config: StreamConfig,
-    subs: BTreeMap<K, Slot<P, R>>,
+    /// Boxed: a B-tree node has room for eleven entries whatever it holds, and a slot is ~600
+    /// bytes, so a stream of two types kept ~5 KiB of empty room (a fifth of what a connected
+    /// client cost the server beyond its HTTP/2 connection).
+    subs: BTreeMap<K, Box<Slot<P, R>>>,
     nonces: Nonces,
-    /// Responses computed by the latest round, in order: at most one per type.
+    /// Responses computed by the latest round, in order: at most one per type. Like `events`,
+    /// kept to room for one between rounds ([`drained`]).
     ready: VecDeque<Outgoing<K, P::Response<R>>>,
     /// The views the round of responses under way still needs, in order (see
     /// [`next_read`](Self::next_read)); `None` between rounds.
@@ -405,19 +409,21 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     ) -> Result<(), StreamError> {
         let resource_errors = self.resource_errors;
         let shared_sets = self.config.shared_sets;
-        let slot = self.subs.entry(type_key.clone()).or_insert_with(|| Slot {
-            sub: {
-                let mut sub = SubStream::new(type_key.traits());
-                // Rule C1: an xdstp:// name must name this type (by its message name).
-                let message_name = type_key.type_url().rsplit('/').next();
-                sub.configure_names(message_name, resource_errors);
-                sub.share_sets(shared_sets);
-                sub
-            },
-            role: type_key.role(),
-            sent_at: None,
-            refreshed_at: now,
-            heartbeat_owed: false,
+        let slot = self.subs.entry(type_key.clone()).or_insert_with(|| {
+            Box::new(Slot {
+                sub: {
+                    let mut sub = SubStream::new(type_key.traits());
+                    // Rule C1: an xdstp:// name must name this type (by its message name).
+                    let message_name = type_key.type_url().rsplit('/').next();
+                    sub.configure_names(message_name, resource_errors);
+                    sub.share_sets(shared_sets);
+                    sub
+                },
+                role: type_key.role(),
+                sent_at: None,
+                refreshed_at: now,
+                heartbeat_owed: false,
+            })
         });
         let handled = slot.sub.handle_request(request);
         let subscribed = slot.sub.name_count();
@@ -578,7 +584,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// The next response a round computed, in the order to send them.
     #[must_use = "a returned response must be sent"]
     pub fn poll_ready(&mut self) -> Option<Outgoing<K, P::Response<R>>> {
-        self.ready.pop_front()
+        drained(&mut self.ready)
     }
 
     /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its
@@ -596,7 +602,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// When [`handle_timeout`](Self::handle_timeout) is next owed a call, if ever: the earliest
     /// TTL heartbeat due on a sub-stream with no response in flight.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.subs.values().filter_map(Slot::heartbeat_due).min()
+        self.subs.values().filter_map(|slot| slot.heartbeat_due()).min()
     }
 
     /// Time passed: every heartbeat due by `now` is owed, and goes with the next
@@ -611,7 +617,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 
     /// The next thing that happened, oldest first.
     pub fn poll_event(&mut self) -> Option<Event<K>> {
-        self.events.pop_front()
+        drained(&mut self.events)
     }
 
     /// The node of the stream's first request (`None` before it, or for an anonymous client).
@@ -627,5 +633,37 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// Every sub-stream, in order, for status pages.
     pub fn sub_streams(&self) -> impl Iterator<Item = (&K, &SubStream<P, R>)> {
         self.subs.iter().map(|(k, s)| (k, &s.sub))
+    }
+}
+
+/// The front of a queue that is drained after every call. Emptied, the queue keeps room for
+/// one entry: an update brings a stream one response and one event at a time, and the room a
+/// burst grew (the storm's responses of every type at once) would otherwise stay reserved for
+/// the life of the stream, about a kilobyte per connected client.
+fn drained<T>(queue: &mut VecDeque<T>) -> Option<T> {
+    let front = queue.pop_front();
+    if front.is_none() {
+        queue.shrink_to(1);
+    }
+    front
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue that a burst grew keeps room for one entry once drained, and one entry at a time
+    /// then needs no more.
+    #[test]
+    fn a_drained_queue_keeps_room_for_one() {
+        let mut queue: VecDeque<[u8; 200]> = VecDeque::new();
+        queue.extend([[0; 200]; 4]);
+        assert!(queue.capacity() >= 4);
+        while drained(&mut queue).is_some() {}
+        assert_eq!(queue.capacity(), 1);
+        queue.push_back([1; 200]);
+        assert_eq!(drained(&mut queue), Some([1; 200]));
+        assert_eq!(drained(&mut queue), None);
+        assert_eq!(queue.capacity(), 1);
     }
 }

@@ -43,7 +43,7 @@ fn stream(
         node_id: node.into(),
         node_cluster: String::new(),
         opened_ms: 100 + id,
-        types: types.into_iter().map(|(t, s)| (t.type_url().to_owned(), s)).collect(),
+        types: types.into_iter().map(|(t, s)| (t.type_url().to_owned(), Box::new(s))).collect(),
         group: group.map(str::to_owned),
         unserved_since_ms: None,
         unserved_types: Vec::new(),

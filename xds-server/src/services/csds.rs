@@ -473,7 +473,10 @@ mod tests {
             node_id: node_id.into(),
             node_cluster: String::new(),
             opened_ms: 0,
-            types: types.into_iter().map(|(t, s)| (TypeUrl::from(t).to_string(), s)).collect(),
+            types: types
+                .into_iter()
+                .map(|(t, s)| (TypeUrl::from(t).to_string(), Box::new(s)))
+                .collect(),
             group: None,
             unserved_since_ms: None,
             unserved_types: Vec::new(),

@@ -88,7 +88,9 @@ impl<P: WireProtocol> Detail for Shareable<P> {
 /// The cache watches of a stream's types: the views its core reads.
 #[derive(Default)]
 struct Watches {
-    watches: BTreeMap<TypeUrl, Box<dyn Watch>>,
+    /// A few types (at most one per type the server serves), looked up in order: a B-tree's
+    /// node would reserve room for eleven.
+    watches: Vec<(TypeUrl, Box<dyn Watch>)>,
     /// The types whose view was not ready when last read: the cache serves the node nothing of
     /// them yet (its group has no configuration), so the stream waits.
     unready: std::collections::BTreeSet<TypeUrl>,
@@ -98,7 +100,7 @@ impl Watches {
     /// Lends the current view of `type_url` to `f`; false (and `f` not called) when the stream
     /// has no watch of it. Runs the cache's code: call it with no lock of the stream held.
     fn read(&mut self, type_url: &TypeUrl, f: &mut dyn FnMut(&DynView<'_>)) -> bool {
-        let Some(watch) = self.watches.get(type_url) else { return false };
+        let Some(watch) = self.get(type_url) else { return false };
         let mut ready = true;
         watch.read(&mut |view: &DynView<'_>| {
             ready = view.is_ready();
@@ -110,6 +112,10 @@ impl Watches {
             self.unready.insert(type_url.clone());
         }
         true
+    }
+
+    fn get(&self, type_url: &TypeUrl) -> Option<&dyn Watch> {
+        self.watches.iter().find(|(t, _)| t == type_url).map(|(_, watch)| &**watch)
     }
 }
 
@@ -223,7 +229,7 @@ impl<P: WireProtocol> Driver<P> {
         loop {
             if let Some(&(_, resources)) = self.outbox.front() {
                 if let Some(lane) = self.join.before_write(resources)
-                    && !self.wait_for_permit(lane).await
+                    && !Box::pin(self.wait_for_permit(lane)).await
                 {
                     self.done = true;
                     return Some(Err(Status::unavailable(
@@ -231,7 +237,13 @@ impl<P: WireProtocol> Driver<P> {
                     )));
                 }
                 self.join.wrote(resources);
-                return self.outbox.pop_front().map(|(wire, _)| Ok(wire));
+                let wire = self.outbox.pop_front().map(|(wire, _)| Ok(wire));
+                if self.outbox.is_empty() {
+                    // Room for one between rounds, as the core keeps its queues: the room the
+                    // storm's responses grew would stay reserved for the life of the stream.
+                    self.outbox.shrink_to(1);
+                }
+                return wire;
             }
             if self.done {
                 return None;
@@ -251,7 +263,7 @@ impl<P: WireProtocol> Driver<P> {
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => {
                         if let Some(lane) = self.join.first_request(P::resumes(&request))
-                            && !self.wait_for_permit(lane).await
+                            && !Box::pin(self.wait_for_permit(lane)).await
                         {
                             self.done = true;
                             return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
@@ -350,7 +362,7 @@ impl<P: WireProtocol> Driver<P> {
             return Err(Status::invalid_argument(message));
         }
         let admitted = lock(&self.state.core)
-            .admit(node, &type_url, names, Instant::now())
+            .admit(node.map(Arc::new), &type_url, names, Instant::now())
             .map(|a| (self.shared.type_url(a.type_url), a.first));
         let (type_url, first) = admitted.map_err(|e| self.refuse(&e))?;
         if first {
@@ -370,7 +382,7 @@ impl<P: WireProtocol> Driver<P> {
             return Err(status);
         }
         self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
-        if !self.watches.watches.contains_key(&type_url) {
+        if self.watches.get(&type_url).is_none() {
             self.open_type(&type_url)?;
         }
         // Per-resource policy, asked with no lock held (rule C4: PERMISSION_DENIED per name).
@@ -380,7 +392,7 @@ impl<P: WireProtocol> Driver<P> {
             let denied =
                 self.shared.denied_names(&self.peer, Entry::Stream, node, &type_url, names.clone());
             // A cache that makes resources when asked makes these now, before the response.
-            if let Some(watch) = self.watches.watches.get(&type_url) {
+            if let Some(watch) = self.watches.get(&type_url) {
                 let allowed = |name: &&str| match xds_proto::xdstp::normalize(name) {
                     Ok(normal) => !denied.contains_key(&*normal),
                     Err(_) => false,
@@ -411,7 +423,7 @@ impl<P: WireProtocol> Driver<P> {
     /// The first request: the node is known (rule S2), and the group the cache serves it from;
     /// the callbacks may refuse it.
     fn start(&mut self) -> Result<(), Status> {
-        let node = Arc::new(lock(&self.state.core).node().cloned().unwrap_or_default());
+        let node = lock(&self.state.core).node().cloned().unwrap_or_default();
         self.info.node = Some(node.clone());
         self.info.group = self.shared.cache.group(&node).map(Arc::from);
         if let Err(refusal) = self.shared.callbacks.on_node(&self.info, &node) {
@@ -462,7 +474,7 @@ impl<P: WireProtocol> Driver<P> {
             .watch(WatchRequest { node, type_url, variant: P::VARIANT }, self.signal.clone())
             .map_err(|e| crate::server::cache_status(&e))?;
         self.shared.metrics.stream_opened(P::LABEL, self.shared.label(type_url));
-        self.watches.watches.insert(type_url.clone(), watch);
+        self.watches.watches.push((type_url.clone(), watch));
         Ok(())
     }
 
@@ -588,7 +600,7 @@ impl<P: WireProtocol> Drop for Driver<P> {
         if self.unserved_since.is_some() {
             self.shared.metrics.unserved(-1);
         }
-        for t in self.watches.watches.keys() {
+        for (t, _) in &self.watches.watches {
             self.shared.metrics.stream_closed(P::LABEL, self.shared.label(t));
         }
         self.shared.callbacks.on_stream_closed(&self.info);

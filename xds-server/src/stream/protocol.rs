@@ -2,7 +2,7 @@
 //! type for both variants, and the whole stream above them) is `xds_core`'s.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use xds_cache::Variant;
 use xds_core::{
@@ -78,7 +78,8 @@ fn error_detail(status: Option<RpcStatus>) -> Option<ErrorDetail> {
 }
 
 /// The core's stream for protocol `P`.
-pub(crate) type CoreStream<P> = xds_core::Stream<Node, TypeUrl, P, EncodedResource>;
+/// The node is shared: the stream's callbacks and status hold it too.
+pub(crate) type CoreStream<P> = xds_core::Stream<Arc<Node>, TypeUrl, P, EncodedResource>;
 
 /// State of the world.
 impl WireProtocol for Sotw {

@@ -17,7 +17,7 @@ use crate::status::{
 /// is named on every request and response, and its key is copied only once per stream.
 fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
     if !status.types.contains_key(type_key.as_str()) {
-        status.types.insert(type_key.to_string(), TypeStatus::default());
+        status.types.insert(type_key.to_string(), Box::default());
     }
     status.types.get_mut(type_key.as_str()).expect("inserted above when missing")
 }
