@@ -4,7 +4,9 @@
 # interleaved (project first in odd rounds, floor first in even ones, so that a drift in the
 # machine's load does not favour either), every run against a fresh server. Prints each run's
 # figures, then the medians and the ratio project / floor of: storm server CPU, server CPU per
-# update, update p99, server RSS per client, and xds-load's own CPU in the storm and the updates.
+# update, update p99, server RSS per client, xds-load's own CPU in the storm and the updates, and
+# the server's user CPU alone in the storm and per update (its own work: the kernel's share, the
+# same bytes written by both, varies far more from run to run).
 #
 # Env (defaults): ROUNDS (3) CLIENTS (1000) CLUSTERS (10000) UPDATES (20) MODES ("delta sotw")
 # BIN (target/release: build first with `cargo build --release -p xds-bench`; the binaries are
@@ -67,10 +69,12 @@ run() {
 # The figures of a report, tab-separated: storm CPU (s), CPU per update (ms), update p99 (ms),
 # RSS per client (KiB), xds-load CPU storm (s), xds-load CPU updates (s), CPU per update response
 # (µs: both servers send a stream's changes together while its last response awaits its ACK, so
-# the responses sent per update differ between runs), storm received (MiB), verdict.
+# the responses sent per update differ between runs), storm user CPU (s), user CPU per update
+# (ms), storm received (MiB), verdict.
 figures() {
   awk '
     /^server CPU: storm/ { storm = $4; updates_cpu = $7; per_update = $9; gsub(/[(]/, "", per_update) }
+    /^server CPU user\/system:/ { storm_user = $5; user_per_update = $14; gsub(/[(]/, "", user_per_update) }
     /^update traffic:/ { responses = $3 }
     /^all updates/ { for (i = 1; i <= NF; i++) if ($i == "p99") { p99 = $(i + 1); sub(/ms$/, "", p99) } }
     /KiB per client/ { for (i = 1; i <= NF; i++) if ($i == "KiB" && $(i + 1) == "per") { rss = $(i - 1); gsub(/[(]/, "", rss) } }
@@ -79,7 +83,7 @@ figures() {
     / passed, / { verdict = $0 }
     END {
       per_response = responses > 0 ? sprintf("%.1f", updates_cpu * 1e6 / responses) : ""
-      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, per_response, received, verdict
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, per_response, storm_user, user_per_update, received, verdict
     }
   ' "$1"
 }
@@ -95,14 +99,14 @@ awk -F'\t' '
   }
   NR > 1 {
     modes[$3] = 1
-    for (c = 4; c <= 10; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
-    if ($12 !~ / 0 failed$/) bad[$3, $2]++
+    for (c = 4; c <= 12; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
+    if ($14 !~ / 0 failed$/) bad[$3, $2]++
   }
   END {
-    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)|server CPU per response (us)", name, "|")
+    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)|server CPU per response (us)|storm server user CPU (s)|user CPU per update (ms)", name, "|")
     for (m in modes) {
       printf "%s%s\n", m, (bad[m, "project"] || bad[m, "floor"]) ? "  (some runs FAILED: see the runs above)" : ""
-      for (c = 4; c <= 10; c++) {
+      for (c = 4; c <= 12; c++) {
         p = median(v[m, "project", c]); f = median(v[m, "floor", c])
         printf "  %-28s project %9.2f [%s ]  floor %9.2f [%s ]  ratio %s\n", name[c - 3], p, v[m, "project", c], f, v[m, "floor", c], (f > 0 ? sprintf("%.2f", p / f) : "-")
       }
@@ -112,7 +116,7 @@ awk -F'\t' '
 }
 
 header() {
-  printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tcpu_per_response_us\tstorm_received_mib\tverdict\n'
+  printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tcpu_per_response_us\tstorm_user_cpu_s\tuser_cpu_per_update_ms\tstorm_received_mib\tverdict\n'
 }
 
 if [ -n "${REPORTS:-}" ]; then

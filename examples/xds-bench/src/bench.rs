@@ -437,6 +437,14 @@ pub async fn run(o: Options) -> bool {
             cpu_updates,
             cpu_updates * 1000.0 / outcomes.len().max(1) as f64,
         );
+        let (storm_user, updates_user) = (s1.user_s - idle.user_s, s2.user_s - s1.user_s);
+        let _ = writeln!(
+            out,
+            "server CPU user/system: storm {storm_user:.2} / {:.2} s, updates {updates_user:.2} / {:.2} s ({:.1} ms user per update)",
+            s1.cpu_s - idle.cpu_s - storm_user,
+            cpu_updates - updates_user,
+            updates_user * 1000.0 / outcomes.len().max(1) as f64,
+        );
     }
     if let Some(s) = &samples {
         let _ = writeln!(out, "{}", samples_line(s, o.sampling.as_ref()));

@@ -94,7 +94,7 @@ struct Args {
     /// HTTP/2 stream and connection receive window of each client, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     window: u32,
-    /// The server's pid: sample its CPU time and RSS from /proc.
+    /// The server's pid: sample its CPU time (user and system apart as well) and RSS from /proc.
     #[arg(long)]
     server_pid: Option<u32>,
     /// Runtime worker threads (default: one per core).
