@@ -4,42 +4,37 @@
 //! A SotW client repeats its whole subscription with every ACK: 10,000 names for the endpoints of
 //! a large mesh, from each of a thousand proxies after every update. Decoding them into strings
 //! only to find the set unchanged was most of the server's CPU per update. The server digests the
-//! names' encoded bytes as it reads the request ([`NamesDigest::of_encoded`]), asks the stream
+//! names' encoded bytes as it reads the request ([`NamesDigest::of_encoded_keyed`]), asks the stream
 //! whether the sub-stream's last list had that digest
 //! ([`Stream::repeats_names`](crate::Stream::repeats_names)), and if so passes
 //! [`SotwNames::Repeated`](crate::SotwNames::Repeated) instead of the list; a changed list goes
 //! as [`SotwNames::Digested`](crate::SotwNames::Digested), decoded, with the digest for next time.
 
+const K: [u64; 4] =
+    [0xa076_1d64_78bd_642f, 0xe703_7ed1_a0b4_28db, 0x8ebc_6af0_9c88_c6e3, 0x5899_65cc_7537_4cc3];
+
 /// A 128-bit hash of bytes: wyhash's mixing step (a 64×64→128-bit multiply, its halves folded
-/// together) over each 16-byte block (in four lanes from 64 bytes on), then one full 128-bit
-/// product of the state and the length, so a short name takes two multiplies. It hashes every name of every SotW request that lists
-/// names ([`NamesDigest::of`], and the subscription's own set digest), and the encoded list of
-/// every SotW ACK ([`NamesDigest::of_encoded`]). SipHash took a quarter of the server's CPU in
-/// SotW runs. The output has 64 bits of entropy spread over 128.
+/// together) over each 16-byte block, then one full 128-bit product of the state and the length,
+/// so a short name takes two multiplies. It hashes every name of every SotW request that lists
+/// names ([`NamesDigest::of`], and the subscription's own set digest), and names the interim
+/// states of a SotW answer (`sotw::interim_version`: what every replica must name alike, so this
+/// function's output must not change). SipHash took a quarter of the server's CPU in SotW runs.
+/// The output has 64 bits of entropy spread over 128.
 pub(crate) fn hash(bytes: &[u8]) -> u128 {
-    const K: [u64; 4] = [
-        0xa076_1d64_78bd_642f,
-        0xe703_7ed1_a0b4_28db,
-        0x8ebc_6af0_9c88_c6e3,
-        0x5899_65cc_7537_4cc3,
-    ];
-    fn fold(a: u64, b: u64) -> u64 {
-        let p = u128::from(a) * u128::from(b);
-        // Truncation is the point: the low and high halves are folded together.
-        (p as u64) ^ ((p >> 64) as u64)
-    }
-    fn word(bytes: &[u8]) -> u64 {
-        let mut w = [0u8; 8];
-        w[..bytes.len()].copy_from_slice(bytes);
-        u64::from_le_bytes(w)
-    }
     let len = bytes.len() as u64;
-    let mut h = K[0] ^ len;
+    finish(blocks(K[0] ^ len, bytes), len)
+}
+
+/// [`hash`] from a starting state of the caller's, and over four lanes from 64 bytes on: each
+/// block's multiply waits for its own lane's last one only, so a long input (a SotW list of
+/// 10,000 names, ~140 KB) hashes at the multiplier's throughput rather than its latency, about
+/// three times as fast. With a secret `key`, a peer cannot aim a collision at it: [`hash`] has
+/// no secret, and its multiply by a word the input controls makes collisions easy to craft.
+fn hash_keyed(key: u64, bytes: &[u8]) -> u128 {
+    let len = bytes.len() as u64;
+    let mut h = K[0] ^ key ^ len;
     let mut rest = bytes;
     if bytes.len() >= 64 {
-        // Four lanes of 16-byte blocks side by side: each block's multiply waits for its own
-        // lane's last one only, so a long input (a SotW list of 10,000 names, ~140 KB) hashes
-        // at the multiplier's throughput rather than its latency, about three times as fast.
         let mut lanes = [h, h ^ K[1], h ^ K[2], h ^ K[3]];
         let mut chunks = bytes.chunks_exact(64);
         for chunk in &mut chunks {
@@ -51,7 +46,12 @@ pub(crate) fn hash(bytes: &[u8]) -> u128 {
         h = fold(lanes[0] ^ K[1], lanes[1] ^ K[2]) ^ fold(lanes[2] ^ K[3], lanes[3] ^ K[0]);
         rest = chunks.remainder();
     }
-    let mut blocks = rest.chunks_exact(16);
+    finish(blocks(h, rest), len)
+}
+
+/// Folds each 16-byte block of `bytes` (the last one padded with zeros) into the state `h`.
+fn blocks(mut h: u64, bytes: &[u8]) -> u64 {
+    let mut blocks = bytes.chunks_exact(16);
     for block in &mut blocks {
         let (a, b) = block.split_at(8);
         h = fold(word(a) ^ K[1] ^ h, word(b) ^ K[2]);
@@ -61,23 +61,44 @@ pub(crate) fn hash(bytes: &[u8]) -> u128 {
         let (a, b) = rest.split_at(rest.len().min(8));
         h = fold(word(a) ^ K[1] ^ h, word(b) ^ K[2]);
     }
+    h
+}
+
+fn finish(h: u64, len: u64) -> u128 {
     u128::from(h ^ K[3]) * u128::from(h.rotate_left(32) ^ K[2] ^ len)
+}
+
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    // Truncation is the point: the low and high halves are folded together.
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Up to 8 bytes as a little-endian word, zero-padded.
+fn word(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(w)
 }
 
 /// What identifies a list of names for [`Stream::repeats_names`](crate::Stream::repeats_names):
 /// how many there are and a 128-bit hash of them.
 ///
-/// Two ways to make one, not comparable with each other (a sub-stream compares a request's digest
+/// Ways to make one, not comparable with each other (a sub-stream compares a request's digest
 /// with the last one it was given, so a caller uses one way throughout):
-/// - [`of_encoded`](Self::of_encoded), what the server uses: one hash over the names' encoded
-///   bytes, as fast as reading them. Order-sensitive: the same names in another order are
-///   decoded and found to be the same set, one request later than they could have been.
+/// - [`of_encoded_keyed`](Self::of_encoded_keyed), what the server uses: one hash over the
+///   names' encoded bytes under a key of the process's, as fast as reading them.
+///   Order-sensitive: the same names in another order are decoded and found to be the same set,
+///   one request later than they could have been. [`of_encoded`](Self::of_encoded) is the same
+///   without a key.
 /// - [`of`](Self::of): a hash of each name, summed, so the same names in any order (a SotW list
 ///   is a set, rule S9) make the same digest; for callers that hold the names, not their bytes.
 ///
-/// The hash does not resist an attacker, and need not: a crafted collision can only make a
-/// client's own changed list look like its previous one, which leaves that client's subscription
-/// as it was. Between honest lists the chance is about 2^-64.
+/// Between honest lists the chance of a collision is about 2^-64. Without a key the hash does
+/// not resist an attacker: a crafted collision makes a client's own changed list look like its
+/// previous one, which leaves that client's subscription as it was. Under a secret key a client
+/// cannot aim one, which matters to a server that also takes a list it recognises by its digest
+/// as that list's length and place in the message (a stream's reader remembering its lists).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NamesDigest {
     count: usize,
@@ -99,6 +120,20 @@ impl NamesDigest {
     /// (fields of the list may be interleaved with other fields of the message).
     pub fn of_encoded<'a>(count: usize, runs: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let hash = runs.into_iter().fold(0u128, |acc, run| acc.rotate_left(17) ^ hash(run));
+        NamesDigest { count, hash }
+    }
+
+    /// [`of_encoded`](Self::of_encoded) under a secret `key` (what the server uses, with a key
+    /// drawn at random for the process): a client cannot craft a list whose digest is another's,
+    /// and a long list hashes about three times as fast. Digests made with different keys, or
+    /// with [`of_encoded`](Self::of_encoded), are not comparable.
+    pub fn of_encoded_keyed<'a>(
+        key: u64,
+        count: usize,
+        runs: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Self {
+        let hash =
+            runs.into_iter().fold(0u128, |acc, run| acc.rotate_left(17) ^ hash_keyed(key, run));
         NamesDigest { count, hash }
     }
 
@@ -144,6 +179,12 @@ mod tests {
         assert_ne!(one, NamesDigest::of_encoded(3, [&b"\x1a\x01a\x1a\x01b"[..]]), "count");
         let (a, b) = (&b"\x1a\x01a"[..], &b"\x1a\x01b"[..]);
         assert_ne!(NamesDigest::of_encoded(2, [a, b]), NamesDigest::of_encoded(2, [b, a]));
+        // Under a key: the same for the same bytes, another for another key.
+        let long = b"\x1a\x0acluster-00".repeat(20);
+        let keyed = NamesDigest::of_encoded_keyed(1, 20, [&long[..]]);
+        assert_eq!(keyed, NamesDigest::of_encoded_keyed(1, 20, [&long[..]]));
+        assert_ne!(keyed, NamesDigest::of_encoded_keyed(2, 20, [&long[..]]), "key");
+        assert_ne!(keyed, NamesDigest::of_encoded(20, [&long[..]]), "no key");
     }
 
     #[test]
@@ -178,9 +219,12 @@ mod tests {
             assert!(seen.insert(hash(n.as_bytes())), "{n:?}");
         }
         // Long inputs, hashed in lanes: one byte changed anywhere, or two 16-byte blocks
-        // swapped (within a 64-byte chunk, across chunks, into the tail), changes the hash.
+        // swapped (within a 64-byte chunk, across chunks, into the tail), changes the hash; so
+        // does the key.
+        let hash = |bytes: &[u8]| hash_keyed(7, bytes);
         let long: Vec<u8> = (0..216u8).collect();
         assert!(seen.insert(hash(&long)));
+        assert!(seen.insert(hash_keyed(8, &long)));
         for i in 0..long.len() {
             let mut changed = long.clone();
             changed[i] ^= 1;
@@ -195,5 +239,14 @@ mod tests {
             assert!(seen.insert(hash(&swapped)), "blocks {a} and {b}");
         }
         assert!(seen.insert(hash(&long[..64])) && seen.insert(hash(&long[..63])));
+    }
+
+    /// The plain hash names a SotW answer's interim states (`sotw::interim_version`): replicas
+    /// of different builds must name them alike, so its output is pinned.
+    #[test]
+    fn the_plain_hash_does_not_change() {
+        let long: Vec<u8> = (0..200u8).collect();
+        assert_eq!(hash(&long), 0x46e1_7cf9_1bfa_5b66_cedf_1577_0603_7113);
+        assert_eq!(hash(b"cluster-1"), 0x22da_7a94_b8ca_8d06_6df7_3e73_7bde_bb18);
     }
 }

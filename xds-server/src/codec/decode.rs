@@ -5,7 +5,7 @@
 //! 10,000 clusters in one request (~150 KB), every connected proxy pins 150 KB it will not need
 //! again, which was the largest single cost of an idle connected client. [`Requests`] reads a
 //! message into a buffer sized for it and lets the buffer go once the message is decoded: between
-//! requests a stream holds nothing.
+//! requests a stream holds no buffer.
 //!
 //! A SotW request is read as a [`SotwIncoming`]: every field but its names, which are only
 //! digested on the way ([`NamesDigest`]). A SotW client repeats its whole subscription with every
@@ -14,9 +14,12 @@
 //! only when they changed. A large list a stream sent lately is recognised by the hash of its
 //! bytes alone ([`KnownLists`]), without walking its 10,000 fields.
 
+use std::collections::hash_map::RandomState;
 use std::future::poll_fn;
+use std::hash::BuildHasher;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -201,10 +204,11 @@ impl Incoming for SotwIncoming {
     type Memo = KnownLists;
 
     /// One pass over the message: prost decodes every other field, the names' fields are
-    /// skipped and their bytes digested in place, in one go. Whether the names are UTF-8 is
-    /// checked when they are decoded, and names that repeat the sub-stream's last list never
-    /// are: that costs the chance (about 2^-64, or a client crafting its own collision) that a
-    /// malformed list passes for the last one, and then it changes nothing.
+    /// skipped and their bytes digested in place, in one go, under the process's key
+    /// ([`LIST_KEY`]). Whether the names are UTF-8 is checked when they are decoded, and names
+    /// that repeat the sub-stream's last list never are: that costs the chance (about 2^-64; a
+    /// client cannot aim it without the key) that a malformed list passes for the last one, and
+    /// then it changes nothing.
     fn decode(message: Bytes, known: &mut KnownLists) -> Result<Self, Malformed> {
         let mut fields = Fields::new(&message, DiscoveryRequest::default());
         let mut count = 0;
@@ -233,7 +237,10 @@ impl Incoming for SotwIncoming {
         let request = fields.request;
         let digest = match (&runs[..], recognised) {
             ([_], Some(digest)) => digest,
-            _ => NamesDigest::of_encoded(count, runs.iter().map(|run| &message[run.clone()])),
+            _ => {
+                let runs = runs.iter().map(|run| &message[run.clone()]);
+                NamesDigest::of_encoded_keyed(*LIST_KEY, count, runs)
+            }
         };
         if let [run] = &runs[..] {
             known.remember(&message[run.clone()], digest);
@@ -249,17 +256,29 @@ const KNOWN_LISTS: usize = 4;
 /// A list is remembered from this size on: below it, walking its fields costs little.
 const KNOWN_LIST_MIN_BYTES: usize = 1024;
 
+/// The key SotW name lists are digested under, drawn at random once per process: a client that
+/// could craft a list with another's digest could pass bytes it chose (a longer list, a field
+/// hidden among the names) for a list [`KnownLists`] remembers.
+static LIST_KEY: LazyLock<u64> =
+    LazyLock::new(|| RandomState::new().hash_one(0x7864_735f_6c69_7374_u64));
+
 /// The large name lists a SotW stream's requests carried lately, by their bytes.
 ///
 /// A SotW client repeats its list with every ACK, byte for byte, and the fields in a message
 /// before the list (`version_info`, `node`) do not move it from a list of the same type. Walking
 /// 10,000 name fields to find where the list ends took half of the time an ACK's names cost;
 /// a list remembered is recognised instead by one hash of the bytes where it would be, the same
-/// hash its digest is made of ([`NamesDigest::of_encoded`]). The other fields are read as before.
-/// Bytes that hash like the remembered list are taken as that list (a crafted collision is the
-/// bargain [`NamesDigest`] already makes: it leaves the client's own subscription as it was).
+/// hash its digest is made of ([`NamesDigest::of_encoded_keyed`]). The other fields are read as
+/// before. Bytes that hash like the remembered list are taken as that list: under the process's
+/// secret [`LIST_KEY`], a client cannot craft bytes that do (and should a 2^-64 chance pass other
+/// bytes for the list, the names are counted again whenever they are decoded).
 #[derive(Debug, Default)]
-pub(crate) struct KnownLists(Vec<KnownList>);
+pub(crate) struct KnownLists(
+    Vec<KnownList>,
+    /// How many lists were recognised, for tests.
+    #[cfg(test)]
+    usize,
+);
 
 #[derive(Debug)]
 struct KnownList {
@@ -284,10 +303,15 @@ impl KnownLists {
         })?;
         let list = self.0.remove(at);
         let bytes = &message[start..start + list.len];
-        let found = NamesDigest::of_encoded(list.digest.count(), [bytes]) == list.digest;
+        let digest = NamesDigest::of_encoded_keyed(*LIST_KEY, list.digest.count(), [bytes]);
+        let found = digest == list.digest;
         let known = (list.len, list.digest);
         // Most recently seen first.
         self.0.insert(0, list);
+        #[cfg(test)]
+        {
+            self.1 += usize::from(found);
+        }
         found.then_some(known)
     }
 
@@ -307,9 +331,13 @@ impl KnownLists {
 }
 
 impl SotwIncoming {
-    /// The names, decoded from the message (a second pass, over the names only).
+    /// The names, decoded from the message (a second pass, over the names only). As many as
+    /// the digest counted, or the request is refused: a list recognised by its bytes was counted
+    /// as the list remembered.
     pub(crate) fn names(&self) -> Result<Vec<String>, Malformed> {
-        decode_names(&self.message, self.digest.count())
+        let names = decode_names(&self.message, self.digest.count())?;
+        counted(names.len(), self.digest)?;
+        Ok(names)
     }
 
     /// The digest of the names in any order, as [`DeltaIncoming`] has it: a second pass, for
@@ -321,7 +349,17 @@ impl SotwIncoming {
             digest.push(name);
             Ok(())
         })?;
+        counted(digest.count(), self.digest)?;
         Ok(digest)
+    }
+}
+
+/// A decoded list has as many names as its digest counted.
+fn counted(names: usize, digest: NamesDigest) -> Result<(), Malformed> {
+    if names == digest.count() {
+        Ok(())
+    } else {
+        Err(Malformed::Names("the names are not the list their bytes were taken for"))
     }
 }
 
@@ -624,10 +662,14 @@ mod tests {
             request("9", Vec::new(), "e").encode_to_vec(),
             request("10", eds.clone(), "e").encode_to_vec(),
             run_on,
+            // The list alone: it ends where the message does.
+            only_names.encode_to_vec(),
         ];
         let mut known = KnownLists::default();
         let mut digests = Vec::new();
+        let mut recognised = Vec::new();
         for (i, bytes) in sequence.into_iter().enumerate() {
+            let hits = known.1;
             let expected = <DiscoveryRequest as Message>::decode(&bytes[..]).unwrap_or_default();
             let bytes = Bytes::from(bytes);
             let fresh =
@@ -640,7 +682,15 @@ mod tests {
             assert_eq!(names, expected.resource_names, "request {i}");
             assert_eq!(DiscoveryRequest { resource_names: names, ..read.request }, expected);
             digests.push(read.digest);
+            recognised.push(known.1 > hits);
         }
+        // Recognised without a walk: the list repeated (also before a second run, or with a name
+        // more right after it, or at the end of the message). Not: the first of each list, a
+        // changed, shorter or longer one, a list forgotten (four are kept), and the list right
+        // after a changed one of the same length was seen (one candidate is hashed per request,
+        // and the changed list was the most recent).
+        let expected = [0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1].map(|hit| hit == 1);
+        assert_eq!(recognised, expected);
         // The same list, recognised, has the same digest; every other list another one.
         assert_eq!(digests[0], digests[1]);
         assert_eq!(digests[1], digests[3]);
@@ -654,8 +704,27 @@ mod tests {
         // Both large lists are remembered (and the longer, the shorter and the changed ones,
         // within the bound), most recent first.
         assert_eq!(known.0.len(), KNOWN_LISTS);
-        assert_eq!(known.0[0].digest, digests[12]);
+        assert_eq!(known.0[0].digest, digests[13]);
         assert!(known.0.iter().any(|list| list.digest == digests[9]));
+    }
+
+    /// Names taken for a remembered list that turn out not to be that many when decoded (what a
+    /// collision would do) refuse the request rather than pass for the list counted.
+    #[test]
+    fn names_decoded_are_counted_against_the_digest() {
+        let two =
+            DiscoveryRequest { resource_names: vec!["a".into(), "b".into()], ..Default::default() };
+        let bytes = Bytes::from(two.encode_to_vec());
+        let read = <SotwIncoming as Incoming>::decode(bytes.clone(), &mut KnownLists::default())
+            .expect("decodes");
+        assert_eq!(read.names().map(|n| n.len()).ok(), Some(2));
+        assert!(read.names_digest().is_ok());
+        let miscounted = SotwIncoming {
+            digest: NamesDigest::of_encoded_keyed(*LIST_KEY, 3, [&bytes[..]]),
+            ..read
+        };
+        assert!(matches!(miscounted.names(), Err(Malformed::Names(_))));
+        assert!(matches!(miscounted.names_digest(), Err(Malformed::Names(_))));
     }
 
     #[test]

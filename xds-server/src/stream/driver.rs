@@ -229,7 +229,7 @@ impl<P: WireProtocol> Driver<P> {
         loop {
             if let Some(&(_, resources)) = self.outbox.front() {
                 if let Some(lane) = self.join.before_write(resources)
-                    && !Box::pin(self.wait_for_permit(lane)).await
+                    && !self.wait_for_permit(lane).await
                 {
                     self.done = true;
                     return Some(Err(Status::unavailable(
@@ -263,7 +263,7 @@ impl<P: WireProtocol> Driver<P> {
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => {
                         if let Some(lane) = self.join.first_request(P::resumes(&request))
-                            && !Box::pin(self.wait_for_permit(lane)).await
+                            && !self.wait_for_permit(lane).await
                         {
                             self.done = true;
                             return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
@@ -302,33 +302,36 @@ impl<P: WireProtocol> Driver<P> {
     /// Waits for a permit of the join gate in `lane`, at most until the gate's deadline (then
     /// the stream goes on ungated); false if the server shuts down meanwhile. The permit goes to
     /// a task that frees it when the stream gives it back (drops `permit`), ends, or has held it
-    /// for `join_timeout`.
-    async fn wait_for_permit(&mut self, lane: Lane) -> bool {
-        let Some(gate) = self.shared.join_gate.clone() else {
-            self.join.open();
-            return true;
-        };
-        let deadline = self.join.wait_deadline(Instant::now());
-        let permit = tokio::select! {
-            biased;
-            _ = self.shared.shutdown.cancelled() => return false,
-            permit = gate.acquire(lane) => permit,
-            _ = sleep_until(deadline.into()) => {
-                self.join.waited_too_long();
-                self.shared.metrics.join_gate_passed();
-                tracing::debug!(stream = self.info.id, "waited for a join permit too long: ungated");
+    /// for `join_timeout`. Boxed: only a joining stream under the gate waits, and the wait's state
+    /// would otherwise take room in every stream's loop for the stream's life.
+    fn wait_for_permit(&mut self, lane: Lane) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let Some(gate) = self.shared.join_gate.clone() else {
+                self.join.open();
                 return true;
-            }
-        };
-        self.join.granted();
-        let (release, released) = oneshot::channel::<()>();
-        let hold = self.shared.config.join_timeout;
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = tokio::time::timeout(hold, released).await;
-        });
-        self.permit = Some(release);
-        true
+            };
+            let deadline = self.join.wait_deadline(Instant::now());
+            let permit = tokio::select! {
+                biased;
+                _ = self.shared.shutdown.cancelled() => return false,
+                permit = gate.acquire(lane) => permit,
+                _ = sleep_until(deadline.into()) => {
+                    self.join.waited_too_long();
+                    self.shared.metrics.join_gate_passed();
+                    tracing::debug!(stream = self.info.id, "waited for a join permit too long: ungated");
+                    return true;
+                }
+            };
+            self.join.granted();
+            let (release, released) = oneshot::channel::<()>();
+            let hold = self.shared.config.join_timeout;
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ = tokio::time::timeout(hold, released).await;
+            });
+            self.permit = Some(release);
+            true
+        })
     }
 
     /// The status a stream ends with when its request stream fails.
@@ -362,7 +365,13 @@ impl<P: WireProtocol> Driver<P> {
             return Err(Status::invalid_argument(message));
         }
         let admitted = lock(&self.state.core)
-            .admit(node.map(Arc::new), &type_url, names, Instant::now())
+            // Only a first request's node is kept (rule S2): a later one is not copied.
+            .admit(
+                node.filter(|_| self.info.node.is_none()).map(Arc::new),
+                &type_url,
+                names,
+                Instant::now(),
+            )
             .map(|a| (self.shared.type_url(a.type_url), a.first));
         let (type_url, first) = admitted.map_err(|e| self.refuse(&e))?;
         if first {
