@@ -4,8 +4,8 @@
 //! A SotW client repeats its whole subscription with every ACK: 10,000 names for the endpoints of
 //! a large mesh, from each of a thousand proxies after every update. Decoding them into strings
 //! only to find the set unchanged was most of the server's CPU per update. The server digests the
-//! names' encoded bytes as it reads the request ([`NamesDigest::of_encoded_keyed`]), asks the stream
-//! whether the sub-stream's last list had that digest
+//! names' encoded bytes as it reads the request ([`NamesDigest::of_encoded_keyed`]), asks the
+//! stream whether the sub-stream's last list had that digest
 //! ([`Stream::repeats_names`](crate::Stream::repeats_names)), and if so passes
 //! [`SotwNames::Repeated`](crate::SotwNames::Repeated) instead of the list; a changed list goes
 //! as [`SotwNames::Digested`](crate::SotwNames::Digested), decoded, with the digest for next time.
