@@ -117,16 +117,16 @@ impl NamesDigest {
 
     /// The digest of `count` names from their encoding: the bytes of their fields in order (for
     /// a protobuf `repeated string`, each name's tag, length and bytes), in one or more runs
-    /// (fields of the list may be interleaved with other fields of the message).
+    /// (fields of the list may be interleaved with other fields of the message). The same as
+    /// [`of_encoded_keyed`](Self::of_encoded_keyed) with the key 0, which is no secret.
     pub fn of_encoded<'a>(count: usize, runs: impl IntoIterator<Item = &'a [u8]>) -> Self {
-        let hash = runs.into_iter().fold(0u128, |acc, run| acc.rotate_left(17) ^ hash(run));
-        NamesDigest { count, hash }
+        Self::of_encoded_keyed(0, count, runs)
     }
 
     /// [`of_encoded`](Self::of_encoded) under a secret `key` (what the server uses, with a key
-    /// drawn at random for the process): a client cannot craft a list whose digest is another's,
-    /// and a long list hashes about three times as fast. Digests made with different keys, or
-    /// with [`of_encoded`](Self::of_encoded), are not comparable.
+    /// drawn at random for the process): a client cannot craft a list whose digest is another's.
+    /// A long list hashes in four lanes, about three times as fast as name by name. Digests made
+    /// with different keys are not comparable.
     pub fn of_encoded_keyed<'a>(
         key: u64,
         count: usize,

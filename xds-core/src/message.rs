@@ -29,7 +29,8 @@ pub enum SotwNames {
     /// [`NamesDigest::of`](crate::NamesDigest::of), for [`Repeated`](Self::Repeated) next time.
     Listed(Vec<String>),
     /// The request's list with the caller's own digest of it (the server's is
-    /// [`NamesDigest::of_encoded`](crate::NamesDigest::of_encoded), from the request's bytes),
+    /// [`NamesDigest::of_encoded_keyed`](crate::NamesDigest::of_encoded_keyed), from the
+    /// request's bytes),
     /// which the sub-stream keeps for [`Repeated`](Self::Repeated) next time.
     Digested(Vec<String>, crate::NamesDigest),
     /// The request's list as a set a live subscription holds, found by the digest of its names

@@ -188,7 +188,7 @@ impl DeltaIncoming {
 pub(crate) struct SotwIncoming {
     /// Every field but `resource_names`, which stays empty until [`names`](Self::names).
     pub(crate) request: DiscoveryRequest,
-    /// The digest of `resource_names` as the client encoded them ([`NamesDigest::of_encoded`]).
+    /// The digest of `resource_names` as the client encoded them ([`list_digest`]).
     pub(crate) digest: NamesDigest,
     /// The whole message, to read the names from when they are needed.
     message: Bytes,
@@ -237,10 +237,7 @@ impl Incoming for SotwIncoming {
         let request = fields.request;
         let digest = match (&runs[..], recognised) {
             ([_], Some(digest)) => digest,
-            _ => {
-                let runs = runs.iter().map(|run| &message[run.clone()]);
-                NamesDigest::of_encoded_keyed(*LIST_KEY, count, runs)
-            }
+            _ => list_digest(count, runs.iter().map(|run| &message[run.clone()])),
         };
         if let [run] = &runs[..] {
             known.remember(&message[run.clone()], digest);
@@ -261,6 +258,12 @@ const KNOWN_LIST_MIN_BYTES: usize = 1024;
 /// hidden among the names) for a list [`KnownLists`] remembers.
 static LIST_KEY: LazyLock<u64> =
     LazyLock::new(|| RandomState::new().hash_one(0x7864_735f_6c69_7374_u64));
+
+/// The digest of a SotW list from its fields' bytes, under [`LIST_KEY`]: what a request's list
+/// and a remembered one are compared by.
+fn list_digest<'a>(count: usize, runs: impl IntoIterator<Item = &'a [u8]>) -> NamesDigest {
+    NamesDigest::of_encoded_keyed(*LIST_KEY, count, runs)
+}
 
 /// The large name lists a SotW stream's requests carried lately, by their bytes.
 ///
@@ -301,13 +304,12 @@ impl KnownLists {
                 // hashing its first part would be for nothing (the walk reads it whole anyway).
                 && message.get(end) != Some(&NAME_KEY)
         })?;
-        let list = self.0.remove(at);
-        let bytes = &message[start..start + list.len];
-        let digest = NamesDigest::of_encoded_keyed(*LIST_KEY, list.digest.count(), [bytes]);
-        let found = digest == list.digest;
-        let known = (list.len, list.digest);
         // Most recently seen first.
-        self.0.insert(0, list);
+        self.0[..=at].rotate_right(1);
+        let list = &self.0[0];
+        let bytes = &message[start..start + list.len];
+        let found = list_digest(list.digest.count(), [bytes]) == list.digest;
+        let known = (list.len, list.digest);
         #[cfg(test)]
         {
             self.1 += usize::from(found);
@@ -719,10 +721,7 @@ mod tests {
             .expect("decodes");
         assert_eq!(read.names().map(|n| n.len()).ok(), Some(2));
         assert!(read.names_digest().is_ok());
-        let miscounted = SotwIncoming {
-            digest: NamesDigest::of_encoded_keyed(*LIST_KEY, 3, [&bytes[..]]),
-            ..read
-        };
+        let miscounted = SotwIncoming { digest: list_digest(3, [&bytes[..]]), ..read };
         assert!(matches!(miscounted.names(), Err(Malformed::Names(_))));
         assert!(matches!(miscounted.names_digest(), Err(Malformed::Names(_))));
     }
