@@ -327,7 +327,7 @@ impl View for ResourceTable {
     }
 
     fn version(&self) -> String {
-        self.version.to_string()
+        self.version.hex_string()
     }
 
     fn get(&self, name: &str) -> Option<EncodedResource> {
@@ -388,6 +388,11 @@ impl View for ResourceTable {
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
         if revision < self.horizon || revision > self.revision {
             return false;
+        }
+        if revision == self.revision {
+            // Nothing is newer (errors take revisions too): no range to look up, the answer of
+            // most comparisons, as a stream compares every type it has at each wake.
+            return true;
         }
         for name in self.changes.range(revision + 1..).map(|(_, name)| name) {
             f(name);

@@ -54,10 +54,30 @@ impl TypeVersion {
     }
 }
 
+impl TypeVersion {
+    /// The 16 lower-case hex digits, written without the formatting machinery: a delta response
+    /// names its type's version, so this is done once per response.
+    fn hex(self) -> [u8; 16] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 16];
+        for (i, digit) in out.iter_mut().enumerate() {
+            *digit = DIGITS[((self.0 >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        out
+    }
+
+    /// The version as its 16 hex digits (what `to_string` gives, without the formatter).
+    pub(crate) fn hex_string(self) -> String {
+        self.hex().iter().map(|&digit| char::from(digit)).collect()
+    }
+}
+
 impl fmt::Display for TypeVersion {
     /// 16 lower-case hex digits.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
+        let hex = self.hex();
+        // Hex digits are ASCII.
+        f.pad(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -69,4 +89,20 @@ fn entry_hash(name: &str, version: &str) -> u64 {
     buf.push(0);
     buf.extend_from_slice(version.as_bytes());
     xxhash_rust::xxh3::xxh3_64(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_reads_as_sixteen_hex_digits_whichever_way_it_is_written() {
+        for value in [0, 1, 0xf, 0x1234_5678_9abc_def0, u64::MAX, 1 << 63] {
+            let version = TypeVersion(value);
+            let expected = format!("{value:016x}");
+            assert_eq!(version.to_string(), expected);
+            assert_eq!(version.hex_string(), expected);
+            assert_eq!(format!("{version:>18}"), format!("  {expected}"));
+        }
+    }
 }

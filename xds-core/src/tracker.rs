@@ -94,6 +94,19 @@ pub(crate) struct Diff<R> {
     pub(crate) answer_owed: bool,
 }
 
+impl<R> Default for Diff<R> {
+    fn default() -> Self {
+        Diff {
+            whole: None,
+            send: Vec::new(),
+            removed: Vec::new(),
+            absent: Vec::new(),
+            recheck: Vec::new(),
+            answer_owed: false,
+        }
+    }
+}
+
 impl<R: Resource> Diff<R> {
     pub(crate) fn is_empty(&self) -> bool {
         self.whole.as_ref().is_none_or(ResourceSet::is_empty)
@@ -124,6 +137,20 @@ pub(crate) struct Commit<R> {
     /// The declared versions that matched the base were left out of `changes`
     /// ([`Tracker::resume_diff`]): they go when the base is taken.
     settle_declared: bool,
+}
+
+impl<R> Commit<R> {
+    /// The outcome of a comparison that found nothing: the client holds what it held, compared
+    /// up to `revision`.
+    fn unchanged(revision: u64) -> Self {
+        Commit {
+            changes: Vec::new(),
+            deferred: BTreeSet::new(),
+            revision,
+            base: None,
+            settle_declared: false,
+        }
+    }
 }
 
 /// One name's change in what the client holds.
@@ -231,12 +258,18 @@ impl<R: Resource> Tracker<R> {
 
     /// What the client holds under `name`: `None` when nothing.
     pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
+        self.held_as(name, || covers(sub, name))
+    }
+
+    /// [`get`](Self::get), told whether the subscription covers `name` (asked only if the base
+    /// is looked at) by a caller that already knows part of the answer.
+    fn held_as(&self, name: &str, covered: impl FnOnce() -> bool) -> Option<HeldRef<'_, R>> {
         match self.held.get(name) {
             Some(HeldRef::Dropped) => None,
             Some(held) => Some(held),
             None => {
                 let base = self.base.as_ref()?;
-                if covers(sub, name) { base.get(name).map(HeldRef::Sent) } else { None }
+                if covered() { base.get(name).map(HeldRef::Sent) } else { None }
             }
         }
     }
@@ -483,6 +516,20 @@ impl<R: Resource> Tracker<R> {
         view: &V,
         removals: Removals,
     ) -> (Diff<R>, Commit<R>) {
+        // What changed since the last comparison, if the view can tell: asked once, here.
+        let changed = self.synced.and_then(|revision| {
+            let mut names = BTreeSet::new();
+            let told = view.changed_since(revision, &mut |n| {
+                names.insert(n.to_owned());
+            });
+            told.then_some(names)
+        });
+        if changed.as_ref().is_some_and(BTreeSet::is_empty) && self.owes_nothing_unchanged(traits) {
+            // Nothing changed and nothing is owed whatever the view holds: the comparison finds
+            // nothing, known without a lookup. A stream compares every type it has at each wake
+            // (a change to one type, an ACK): most of those comparisons are this one.
+            return (Diff::default(), Commit::unchanged(view.revision()));
+        }
         // A base is for own-name holdings of plain types: aliases (VHDS) keep per-name state.
         let set = if traits.aliases {
             None
@@ -506,13 +553,23 @@ impl<R: Resource> Tracker<R> {
             let comparing = Comparing { sub, traits, view, removals, forced: &forced };
             match set.as_ref().filter(|_| self.is_resuming(sub, traits)) {
                 Some(set) => self.resume_diff(&comparing, set, &mut commit),
-                None => self.compare_all(&comparing, set.as_ref(), &mut commit),
+                None => self.compare_all(&comparing, set.as_ref(), changed, &mut commit),
             }
         };
         diff.answer_owed = !self.forced_globs.is_empty();
         // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
         diff.recheck.extend(self.forced_globs.iter().cloned());
         (diff, commit)
+    }
+
+    /// Whether a comparison that finds no change in the view owes nothing either: no name is
+    /// forced or put off, no glob was just subscribed, and no alias resolves through other
+    /// resources (an alias subscription is looked at again at every comparison).
+    fn owes_nothing_unchanged(&self, traits: TypeTraits) -> bool {
+        !traits.aliases
+            && self.forced.is_empty()
+            && self.forced_globs.is_empty()
+            && self.deferred.is_empty()
     }
 
     /// Whether the next comparison should have the view build its set if it has none at hand:
@@ -745,9 +802,10 @@ impl<R: Resource> Tracker<R> {
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
+        changed: Option<BTreeSet<String>>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
-        let names = self.candidates(comparing, set);
+        let names = self.candidates(comparing, set, changed);
         self.compare_names(names, comparing, commit)
     }
 
@@ -758,17 +816,7 @@ impl<R: Resource> Tracker<R> {
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
-        let mut found = Found {
-            send: BTreeMap::new(),
-            diff: Diff {
-                whole: None,
-                send: Vec::new(),
-                removed: Vec::new(),
-                absent: Vec::new(),
-                recheck: Vec::new(),
-                answer_owed: false,
-            },
-        };
+        let mut found = Found { send: BTreeMap::new(), diff: Diff::default() };
         for name in names {
             self.compare_name(&name, comparing, &mut found, commit);
         }
@@ -784,17 +832,12 @@ impl<R: Resource> Tracker<R> {
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
+        changed: Option<BTreeSet<String>>,
     ) -> BTreeSet<String> {
         let Comparing { sub, traits, view, .. } = *comparing;
-        let mut names = BTreeSet::new();
-        let incremental = match self.synced {
-            Some(revision) => view.changed_since(revision, &mut |n| {
-                names.insert(n.to_owned());
-            }),
-            None => false,
-        };
+        let incremental = changed.is_some();
+        let mut names = changed.unwrap_or_default();
         if !incremental {
-            names.clear();
             if sub.is_wildcard() {
                 view.for_each(&mut |r| {
                     names.insert(r.name().to_owned());
@@ -837,6 +880,8 @@ impl<R: Resource> Tracker<R> {
             return;
         }
         let explicit = sub.has_name(name);
+        // `covers`, with the name lookup done above.
+        let covered = || explicit || sub.is_wildcard() || sub.in_glob(name);
         let direct = view.get(name);
         // Rule C2: a member of a subscribed glob is wanted while it exists.
         let interested = explicit || (direct.is_some() && (sub.is_wildcard() || sub.in_glob(name)));
@@ -849,7 +894,7 @@ impl<R: Resource> Tracker<R> {
         let changes = &mut commit.changes;
         match resolved {
             Some((resource, via_alias)) if interested => {
-                let held = self.get(name, sub);
+                let held = self.held_as(name, covered);
                 let declared = matches!(held, Some(HeldRef::Declared(_)));
                 let key = || if via_alias { Arc::from(name) } else { resource.shared_name() };
                 if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
@@ -870,7 +915,7 @@ impl<R: Resource> Tracker<R> {
                 // Exists but is no longer of interest: the client drops it on its own.
                 changes.push(Holding::Unhold(name.to_owned()));
             }
-            None => match self.get(name, sub) {
+            None => match self.held_as(name, covered) {
                 // Rule O1 puts a removal off, unless the client just (re)subscribed to the name
                 // (rules D2, S12): it waits for that answer, and ordering must never hold back
                 // what a client waits for (rule O2).
@@ -961,6 +1006,8 @@ mod tests {
         builds: std::cell::Cell<usize>,
         /// How many resources were looked up by name.
         gets: std::cell::Cell<usize>,
+        /// How many times the set was asked for (built or not).
+        asks: std::cell::Cell<usize>,
     }
 
     impl Shared {
@@ -994,6 +1041,7 @@ mod tests {
             true
         }
         fn resource_set(&self) -> Option<ResourceSet<Res>> {
+            self.asks.set(self.asks.get() + 1);
             let mut cached = self.set.borrow_mut();
             if let Some((revision, set)) = cached.as_ref()
                 && *revision == self.revision()
@@ -1009,6 +1057,7 @@ mod tests {
             if !self.lazy {
                 return self.resource_set();
             }
+            self.asks.set(self.asks.get() + 1);
             let cached = self.set.borrow();
             cached.as_ref().filter(|(r, _)| *r == self.revision()).map(|(_, set)| set.clone())
         }
@@ -1058,6 +1107,38 @@ mod tests {
         let whole = diff.whole.iter().flat_map(|set| set.iter());
         let sent = whole.chain(diff.send.iter().map(|(r, _)| r)).map(|r| r.name().to_owned());
         (sent.collect(), diff.removed.clone())
+    }
+
+    /// A comparison with a view that changed nothing since the last one looks nothing up, builds
+    /// no set and finds nothing; one with a name forced still sends it, and the next change is
+    /// found as before.
+    #[test]
+    fn an_unchanged_view_is_compared_without_a_lookup_unless_a_name_is_owed() {
+        let mut view = clusters(100);
+        let mut n = Nonces::default();
+        let mut s = DeltaSubStream::<Res>::new(CDS);
+        let _ = s.handle_request(request(&["cluster-00001", "cluster-00002"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00001", "cluster-00002"]);
+        let looked = |view: &Shared| (view.gets.get(), view.asks.get());
+        let before = looked(&view);
+        assert!(s.poll_response(&view, &mut n).is_none(), "nothing changed");
+        assert_eq!(looked(&view), before, "and nothing looked up, not even the set");
+
+        // A resubscribed name is owed even though the view did not change (rule D2).
+        let _ = s.handle_request(request(&["cluster-00001"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00001"]);
+        let before = looked(&view);
+        assert!(s.poll_response(&view, &mut n).is_none());
+        assert_eq!(looked(&view), before);
+        let gets = view.gets.get();
+
+        // A change to a name not subscribed is looked at, and sends nothing; one to a
+        // subscribed name is sent.
+        view.set("cluster-00050", "2");
+        assert!(s.poll_response(&view, &mut n).is_none());
+        assert!(view.gets.get() > gets, "a changed name is looked up");
+        view.set("cluster-00002", "2");
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00002"]);
     }
 
     #[test]

@@ -296,6 +296,58 @@ fn o1_removals_wait_until_the_referring_types_are_acked_then_go() {
     }
 }
 
+/// One round by hand, as a server drives it: the types read, in order, and the responses.
+fn round<P: Protocol>(h: &mut Harness<P>) -> (Vec<T>, Vec<T>) {
+    let mut read = Vec::new();
+    while let Some(r) = h.stream.next_read() {
+        read.push(r.type_key);
+        let view = h.world.0.get(&r.type_key).map(|v| v as &dyn View<Resource = Res>);
+        h.stream.respond(&r, view, h.now);
+    }
+    let sent = std::iter::from_fn(|| h.stream.poll_ready()).map(|o| o.type_key).collect();
+    (read, sent)
+}
+
+/// ACKs the response of type `t` in flight.
+fn ack(h: &mut Harness<Delta>, t: T) {
+    let nonce = h.stream.sub_streams().find(|(k, _)| **k == t).and_then(|(_, s)| s.last_nonce());
+    let nonce = nonce.unwrap().to_owned();
+    h.request(t, delta(&[], &[], &nonce));
+}
+
+/// Woken by a request rather than by its cache, a server says so, and the round reads only the
+/// requested type; the next round reads every type again. Rule O1's removals still go when the
+/// referring type's ACK makes the other types quiet.
+#[test]
+fn o1_a_round_after_views_unchanged_reads_only_the_types_requested_since() {
+    let (mut h, nonces) = ads_with_two_clusters();
+    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
+        h.request(t, delta(&[], &[], n));
+    }
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![]), "all three were requested");
+    // A new name subscribed: that type only.
+    h.world.view(T::Eds).set("c3", "1");
+    h.request(T::Eds, delta(&["c3"], &[], ""));
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
+    ack(&mut h, T::Eds);
+    // Said for one round only: the next reads every type.
+    assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![]));
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![], vec![]), "nothing requested since");
+
+    h.world.view(T::Cds).delete("c2");
+    h.world.view(T::Eds).delete("c2");
+    h.world.view(T::Lds).set("l", "2");
+    // The cache changed: every type is read; the removals wait for the listener.
+    assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![T::Lds]));
+    ack(&mut h, T::Lds);
+    h.stream.views_unchanged();
+    // The listener's ACK: it alone is read, then the removals held back.
+    assert_eq!(round(&mut h), (vec![T::Lds, T::Cds, T::Eds], vec![T::Cds, T::Eds]));
+}
+
 #[test]
 fn o1_removals_alone_go_at_once() {
     let (mut h, nonces) = ads_with_two_clusters();
@@ -326,6 +378,26 @@ fn d10_virtual_hosts_are_resent_after_a_route_configuration_change() {
     let out = h.responses();
     assert_eq!(types(&out), [T::Rds, T::Vhds], "the client dropped rc's virtual hosts");
     assert_eq!(delta_names(&out[1].response), ["rc/a"], "only rc's");
+}
+
+/// Rule D10 in a round that reads only the requested type: the route configuration's ACK lets
+/// its change go, and its virtual hosts are owed in the same round.
+#[test]
+fn d10_virtual_hosts_are_resent_in_a_round_of_the_route_configuration_alone() {
+    let mut h = Harness::<Delta>::ads();
+    h.world.view(T::Rds).set("rc", "1");
+    h.world.view(T::Vhds).set("rc/a", "1");
+    h.request(T::Rds, delta(&["rc"], &[], ""));
+    h.request(T::Vhds, delta(&["rc/a"], &[], ""));
+    let out = h.responses();
+    assert_eq!(types(&out), [T::Rds, T::Vhds]);
+    h.request(T::Vhds, delta(&[], &[], &out[1].response.nonce));
+    // The route configuration changes while its response awaits the ACK.
+    h.world.view(T::Rds).set("rc", "2");
+    assert_eq!(round(&mut h), (vec![T::Rds, T::Vhds], vec![]));
+    h.request(T::Rds, delta(&[], &[], &out[0].response.nonce));
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![T::Rds, T::Vhds], vec![T::Rds, T::Vhds]));
 }
 
 #[test]

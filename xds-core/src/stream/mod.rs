@@ -243,6 +243,10 @@ struct Slot<P, R> {
     refreshed_at: Instant,
     /// A heartbeat fell due ([`Stream::handle_timeout`]) and goes with the next poll.
     heartbeat_owed: bool,
+    /// Something other than its view may make the type owe a response since the last round
+    /// started: a request of it, a heartbeat falling due, a sent RouteConfiguration (rule D10).
+    /// A round after [`Stream::views_unchanged`] reads only such types.
+    touched: bool,
 }
 
 impl<P: Protocol, R: Resource> Slot<P, R> {
@@ -303,6 +307,11 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
     /// call keeps it to what one call produced (a few per request, one per response).
     events: VecDeque<Event<K>>,
+    /// The caller said no view changed since the last round ([`views_unchanged`]): the next
+    /// round reads only the types touched since.
+    ///
+    /// [`views_unchanged`]: Self::views_unchanged
+    views_unchanged: bool,
     /// Rule C4: responses carry `resource_errors` (the default; a server's opt-out turns it off).
     resource_errors: bool,
 }
@@ -350,6 +359,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             ready: VecDeque::new(),
             round: None,
             events: VecDeque::new(),
+            views_unchanged: false,
             resource_errors: true,
         }
     }
@@ -423,8 +433,10 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 sent_at: None,
                 refreshed_at: now,
                 heartbeat_owed: false,
+                touched: false,
             })
         });
+        slot.touched = true;
         let handled = slot.sub.handle_request(request);
         let subscribed = slot.sub.name_count();
         if subscribed > self.config.max_subscribed_names {
@@ -502,16 +514,21 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// the removals held back by rule O1.
     pub fn next_read(&mut self) -> Option<Read<K>> {
         if self.round.is_none() {
+            // Said for the next round only (and a round that cannot start now is not that one).
+            let unchanged = std::mem::take(&mut self.views_unchanged);
             if !self.ready.is_empty() {
                 return None;
             }
             let ads = self.guard.is_aggregated();
             let first = self
                 .subs
-                .iter()
-                .map(|(k, s)| Read {
-                    type_key: k.clone(),
-                    defer_removals: ads && s.role == TypeRole::RemovedLast,
+                .iter_mut()
+                .filter_map(|(k, s)| {
+                    let touched = std::mem::take(&mut s.touched);
+                    (touched || !unchanged).then(|| Read {
+                        type_key: k.clone(),
+                        defer_removals: ads && s.role == TypeRole::RemovedLast,
+                    })
                 })
                 .collect();
             self.round = Some(Round { reads: first, second_pass_owed: ads });
@@ -534,6 +551,18 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         }
         self.round = None;
         None
+    }
+
+    /// Tells the stream that no view it reads changed since its last round: the caller was woken
+    /// by a request or a timer, not by its cache. The next round then reads only the types that
+    /// may owe a response for another reason: a request of the type since the last round (an
+    /// ACK lets the next response go, a subscription changed), a heartbeat fallen due, rule D10
+    /// (and, as always, the removals rule O1 held back once the other types are quiet).
+    ///
+    /// An ADS stream of five types reads one view for an ACK, not five. A caller that cannot
+    /// tell whether its views changed does not call this: every round reads every type.
+    pub fn views_unchanged(&mut self) {
+        self.views_unchanged = true;
     }
 
     /// Rule O1: removals were held back, and every type that could refer to them is quiet.
@@ -590,9 +619,18 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its
     /// `rc/...` virtual host subscriptions are owed again.
     fn resend_virtual_hosts(&mut self, routes: &P::Response<R>) {
-        let Some(vhds) = self.subs.values_mut().find(|s| s.role == TypeRole::VirtualHost) else {
+        let Some((key, vhds)) = self.subs.iter_mut().find(|(_, s)| s.role == TypeRole::VirtualHost)
+        else {
             return;
         };
+        vhds.touched = true;
+        // In this round, as when every round reads every type (VirtualHost comes after
+        // RouteConfiguration): a round that reads only touched types may not have it.
+        if let Some(round) = self.round.as_mut()
+            && !round.reads.iter().any(|r| r.type_key == *key)
+        {
+            round.reads.push_back(Read { type_key: key.clone(), defer_removals: false });
+        }
         routes.for_each_name(&mut |name| {
             let prefix = format!("{name}/");
             vhds.sub.resend_where(|alias| alias.starts_with(&prefix));
@@ -611,6 +649,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         for slot in self.subs.values_mut() {
             if slot.heartbeat_due().is_some_and(|due| due <= now) {
                 slot.heartbeat_owed = true;
+                slot.touched = true;
             }
         }
     }

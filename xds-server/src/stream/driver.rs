@@ -273,6 +273,9 @@ impl<P: WireProtocol> Driver<P> {
                             tracing::debug!(stream = self.info.id, %status, "stream refused a request");
                             return Some(Err(status));
                         }
+                        // Woken by the client, not the cache: only the requested type is read
+                        // (a raise that came meanwhile is kept, and wakes a full round next).
+                        lock(&self.state.core).views_unchanged();
                     }
                     // The client closed its side: nothing left to do.
                     Ok(None) => return None,
@@ -287,7 +290,9 @@ impl<P: WireProtocol> Driver<P> {
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
-                    lock(&self.state.core).handle_timeout(Instant::now());
+                    let mut core = lock(&self.state.core);
+                    core.handle_timeout(Instant::now());
+                    core.views_unchanged();
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
                 _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
