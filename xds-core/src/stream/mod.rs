@@ -148,10 +148,10 @@ pub struct Read<K> {
     defer_removals: bool,
 }
 
-/// The reads a round of responses still needs.
+/// A round of responses under way; the types it still reads are marked in their slots
+/// (`Slot::pending`), so that a round allocates nothing.
 #[derive(Debug)]
-struct Round<K> {
-    reads: VecDeque<Read<K>>,
+struct Round {
     /// Rule O1: whether the round ends with the removals held back, if they are owed by then.
     second_pass_owed: bool,
 }
@@ -247,6 +247,9 @@ struct Slot<P, R> {
     /// started: a request of it, a heartbeat falling due, a sent RouteConfiguration (rule D10).
     /// A round after [`Stream::views_unchanged`] reads only such types.
     touched: bool,
+    /// The round under way still reads this type: with whether its removals are held back
+    /// (rule O1).
+    pending: Option<bool>,
 }
 
 impl<P: Protocol, R: Resource> Slot<P, R> {
@@ -301,9 +304,9 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     /// Responses computed by the latest round, in order: at most one per type. Like `events`,
     /// kept to room for one between rounds ([`drained`]).
     ready: VecDeque<Outgoing<K, P::Response<R>>>,
-    /// The views the round of responses under way still needs, in order (see
-    /// [`next_read`](Self::next_read)); `None` between rounds.
-    round: Option<Round<K>>,
+    /// The round of responses under way (see [`next_read`](Self::next_read)); `None` between
+    /// rounds.
+    round: Option<Round>,
     /// What happened, for [`poll_event`](Self::poll_event). A caller that drains it after every
     /// call keeps it to what one call produced (a few per request, one per response).
     events: VecDeque<Event<K>>,
@@ -434,6 +437,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 refreshed_at: now,
                 heartbeat_owed: false,
                 touched: false,
+                pending: None,
             })
         });
         slot.touched = true;
@@ -520,37 +524,33 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 return None;
             }
             let ads = self.guard.is_aggregated();
-            let first = self
-                .subs
-                .iter_mut()
-                .filter_map(|(k, s)| {
-                    let touched = std::mem::take(&mut s.touched);
-                    (touched || !unchanged).then(|| Read {
-                        type_key: k.clone(),
-                        defer_removals: ads && s.role == TypeRole::RemovedLast,
-                    })
-                })
-                .collect();
-            self.round = Some(Round { reads: first, second_pass_owed: ads });
+            for slot in self.subs.values_mut() {
+                let touched = std::mem::take(&mut slot.touched);
+                let defer = ads && slot.role == TypeRole::RemovedLast;
+                slot.pending = (touched || !unchanged).then_some(defer);
+            }
+            self.round = Some(Round { second_pass_owed: ads });
         }
-        let round = self.round.as_mut()?;
-        if let Some(read) = round.reads.pop_front() {
+        if let Some(read) = self.pending_read() {
             return Some(read);
         }
+        let round = self.round.as_mut()?;
         if std::mem::take(&mut round.second_pass_owed) && self.owes_held_back_removals() {
-            let removals = self.subs.iter().filter(|(_, s)| s.role == TypeRole::RemovedLast);
-            let reads: VecDeque<Read<K>> = removals
-                .map(|(k, _)| Read { type_key: k.clone(), defer_removals: false })
-                .collect();
-            if let Some(round) = self.round.as_mut() {
-                round.reads = reads;
-                if let Some(read) = round.reads.pop_front() {
-                    return Some(read);
-                }
+            let removals = self.subs.values_mut().filter(|s| s.role == TypeRole::RemovedLast);
+            removals.for_each(|slot| slot.pending = Some(false));
+            if let Some(read) = self.pending_read() {
+                return Some(read);
             }
         }
         self.round = None;
         None
+    }
+
+    /// The first type, in order, that the round under way still reads, taken off the round.
+    fn pending_read(&mut self) -> Option<Read<K>> {
+        let (key, slot) = self.subs.iter_mut().find(|(_, s)| s.pending.is_some())?;
+        let defer_removals = slot.pending.take().unwrap_or(false);
+        Some(Read { type_key: key.clone(), defer_removals })
     }
 
     /// Tells the stream that no view it reads changed since its last round: the caller was woken
@@ -619,17 +619,14 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its
     /// `rc/...` virtual host subscriptions are owed again.
     fn resend_virtual_hosts(&mut self, routes: &P::Response<R>) {
-        let Some((key, vhds)) = self.subs.iter_mut().find(|(_, s)| s.role == TypeRole::VirtualHost)
-        else {
+        let Some(vhds) = self.subs.values_mut().find(|s| s.role == TypeRole::VirtualHost) else {
             return;
         };
         vhds.touched = true;
         // In this round, as when every round reads every type (VirtualHost comes after
         // RouteConfiguration): a round that reads only touched types may not have it.
-        if let Some(round) = self.round.as_mut()
-            && !round.reads.iter().any(|r| r.type_key == *key)
-        {
-            round.reads.push_back(Read { type_key: key.clone(), defer_removals: false });
+        if self.round.is_some() && vhds.pending.is_none() {
+            vhds.pending = Some(false);
         }
         routes.for_each_name(&mut |name| {
             let prefix = format!("{name}/");

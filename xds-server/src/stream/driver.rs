@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 use tokio::time::sleep_until;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use futures_util::Stream;
 use tonic::Status;
@@ -141,6 +142,9 @@ struct Driver<P: WireProtocol> {
     permit: Option<oneshot::Sender<()>>,
     /// Since when the cache has served the node nothing of a type it asked for, if it has not.
     unserved_since: Option<Instant>,
+    /// The server's shutdown, awaited for the stream's life: made once, its wait is registered
+    /// once, where a wait made at each turn of the loop took the token's lock twice per turn.
+    stopping: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -194,6 +198,7 @@ pub(crate) fn open<P: WireProtocol>(
         join: Join::new(shared.join_gate.is_some(), shared.config.join_max_wait),
         permit: None,
         unserved_since: None,
+        stopping: Box::pin(shared.shutdown.clone().cancelled_owned()),
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
@@ -254,29 +259,26 @@ impl<P: WireProtocol> Driver<P> {
             }
             let timeout = lock(&self.state.core).poll_timeout();
             let give_up = self.unserved_deadline();
-            tokio::select! {
+            // No `.await` in the branches below: what a branch holds across one is kept in this
+            // loop's state for the stream's life, and a request (720 bytes, twice: the bound one
+            // and the select's output) made that state 2.2 KB a stream. The one request that
+            // waits (for a join permit) waits below, boxed.
+            let gated = tokio::select! {
                 biased;
-                _ = self.shared.shutdown.cancelled() => {
+                _ = self.stopping.as_mut() => {
                     self.done = true;
                     return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
                 }
                 message = self.requests.message() => match message {
-                    Ok(Some(request)) => {
-                        if let Some(lane) = self.join.first_request(P::resumes(&request))
-                            && !self.wait_for_permit(lane).await
-                        {
-                            self.done = true;
-                            return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
+                    Ok(Some(request)) => match self.join.first_request(P::resumes(&request)) {
+                        Some(lane) => Some((lane, Box::new(request))),
+                        None => {
+                            if let Err(status) = self.take_request(request) {
+                                return Some(Err(status));
+                            }
+                            None
                         }
-                        if let Err(status) = self.on_request(request) {
-                            self.done = true;
-                            tracing::debug!(stream = self.info.id, %status, "stream refused a request");
-                            return Some(Err(status));
-                        }
-                        // Woken by the client, not the cache: only the requested type is read
-                        // (a raise that came meanwhile is kept, and wakes a full round next).
-                        lock(&self.state.core).views_unchanged();
-                    }
+                    },
                     // The client closed its side: nothing left to do.
                     Ok(None) => return None,
                     // A request that did not decode (too large, malformed) or a broken transport:
@@ -286,22 +288,47 @@ impl<P: WireProtocol> Driver<P> {
                         return Some(Err(self.request_error(status)));
                     }
                 },
-                _ = self.signal.raised() => {}
+                _ = self.signal.raised() => None,
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
                     let mut core = lock(&self.state.core);
                     core.handle_timeout(Instant::now());
                     core.views_unchanged();
+                    None
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
                 _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
                     self.done = true;
                     return Some(Err(self.unserved_status()));
                 }
+            };
+            if let Some((lane, request)) = gated {
+                if !self.wait_for_permit(lane).await {
+                    self.done = true;
+                    return Some(Err(Status::unavailable(
+                        "the server is shutting down: reconnect",
+                    )));
+                }
+                if let Err(status) = self.take_request(*request) {
+                    return Some(Err(status));
+                }
             }
             self.respond();
         }
+    }
+
+    /// Takes in one request ([`on_request`](Self::on_request)); a refused one ends the stream.
+    /// Woken by the client rather than the cache, the round that follows reads only the
+    /// requested type (a raise that came meanwhile is kept, and wakes a full round next).
+    fn take_request(&mut self, request: P::WireRequest) -> Result<(), Status> {
+        if let Err(status) = self.on_request(request) {
+            self.done = true;
+            tracing::debug!(stream = self.info.id, %status, "stream refused a request");
+            return Err(status);
+        }
+        lock(&self.state.core).views_unchanged();
+        Ok(())
     }
 
     /// Waits for a permit of the join gate in `lane`, at most until the gate's deadline (then
