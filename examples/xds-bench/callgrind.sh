@@ -9,6 +9,13 @@
 # The server runs under callgrind with instrumentation off until it is up; then three xds-load
 # runs, each followed by a dump: a cold storm, a warm storm, and a warm storm with the updates.
 # Prints the cold and warm storms' instructions and (third − second) / updates.
+#
+# UPDATES_ONLY=1 counts the updates alone, with no storm to subtract (a storm's instructions vary
+# by more than a few updates cost): after a warm-up storm, one xds-load run whose first trigger
+# switches the instrumentation on (`--trigger-cmd`), dumped when it ends. Prints the
+# instructions per update and per client and update (each update is one changed resource sent
+# to every client), and keeps the profile ($OUT_DIR/<label>-<mode>.<pid>.1) for
+# `callgrind_annotate`.
 set -euf -o pipefail
 server=$1 label=$2 mode=$3 clients=${4:-50} updates=${5:-10}
 port=${PORT:-18600}; http=$((port + 1))
@@ -27,6 +34,21 @@ run() {
   "$load" --server "http://127.0.0.1:$port" --trigger "http://127.0.0.1:$http/bench/update?i={k}" \
     --clients "$clients" --mode "$mode" --storm-timeout-s 1200 --timeout-s 600 --brief "$@"
 }
+if [ "${UPDATES_ONLY:-0}" = 1 ]; then
+  run --updates 0 > "$out.warm.txt" 2>&1
+  callgrind_control -i off $pid > /dev/null 2>&1; callgrind_control -z $pid > /dev/null 2>&1
+  sleep 3
+  on=$out.on; rm -f "$on"
+  run --updates "$updates" --interval-ms 400 --settle-ms 3000 --trigger-cmd \
+    "[ -e $on ] || { callgrind_control -i on $pid >/dev/null 2>&1; touch $on; }; curl -sf 'http://127.0.0.1:$http/bench/update?i={k}'" \
+    > "$out.updates.txt" 2>&1
+  sleep 3; callgrind_control -d updates $pid > /dev/null 2>&1
+  kill $pid; wait $pid 2> /dev/null || true
+  all=$(grep -h "^totals:\|^summary:" "$out.$pid.1" | head -1 | awk '{print $2}')
+  echo "$label $mode clients=$clients updates=$updates per_update_Ir=$(( all / updates ))" \
+    "per_client_update_Ir=$(( all / updates / clients )) ($(tail -1 "$out.updates.txt"))"
+  exit 0
+fi
 run --updates 0 > "$out.cold.txt" 2>&1; sleep 5; callgrind_control -d cold $pid > /dev/null 2>&1
 run --updates 0 > "$out.warm.txt" 2>&1; sleep 5; callgrind_control -d warm $pid > /dev/null 2>&1
 run --updates "$updates" --interval-ms 500 --settle-ms 3000 > "$out.updates.txt" 2>&1
