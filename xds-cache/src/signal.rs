@@ -1,5 +1,7 @@
 //! The "something changed" signal a cache raises and a stream waits on.
 
+use std::future::Future;
+
 use tokio::sync::Notify;
 
 /// Raised by a cache when something a stream watches changed; awaited by the stream.
@@ -26,5 +28,33 @@ impl Signal {
     /// Waits until the signal is raised (returns at once if it was raised since the last wait).
     pub async fn raised(&self) {
         self.notify.notified().await;
+    }
+
+    /// Takes a raise that came since the last wait, without waiting: true if there was one (it
+    /// is consumed, as a wait would have consumed it). A stream woken by its client asks this
+    /// before it reads only the requested types: a change pending in the cache must be read with
+    /// every type, in order, or a route could reach the client before the cluster it names.
+    pub fn take(&self) -> bool {
+        let raised = std::pin::pin!(self.notify.notified());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        raised.poll(&mut cx).is_ready()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A raise is taken once; a raise after a take is there for the next take or wait.
+    #[test]
+    fn a_raise_is_taken_once_and_a_later_one_is_kept() {
+        let signal = Signal::new();
+        assert!(!signal.take(), "nothing raised");
+        signal.raise();
+        signal.raise();
+        assert!(signal.take(), "raised (twice counts as once)");
+        assert!(!signal.take(), "taken");
+        signal.raise();
+        assert!(signal.take());
     }
 }

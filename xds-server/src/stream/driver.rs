@@ -292,9 +292,8 @@ impl<P: WireProtocol> Driver<P> {
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
-                    let mut core = lock(&self.state.core);
-                    core.handle_timeout(Instant::now());
-                    core.views_unchanged();
+                    lock(&self.state.core).handle_timeout(Instant::now());
+                    self.views_unchanged_unless_raised();
                     None
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
@@ -319,16 +318,28 @@ impl<P: WireProtocol> Driver<P> {
     }
 
     /// Takes in one request ([`on_request`](Self::on_request)); a refused one ends the stream.
-    /// Woken by the client rather than the cache, the round that follows reads only the
-    /// requested type (a raise that came meanwhile is kept, and wakes a full round next).
     fn take_request(&mut self, request: P::WireRequest) -> Result<(), Status> {
         if let Err(status) = self.on_request(request) {
             self.done = true;
             tracing::debug!(stream = self.info.id, %status, "stream refused a request");
             return Err(status);
         }
-        lock(&self.state.core).views_unchanged();
+        self.views_unchanged_unless_raised();
         Ok(())
+    }
+
+    /// Woken by the client or a timer rather than the cache: the round that follows reads only
+    /// the types that may owe a response for that (`Stream::views_unchanged`), unless the cache
+    /// raised the signal meanwhile (before the request was taken, while it waited for a permit,
+    /// while it was handled). Then the round reads every type, in order, and takes the raise: a
+    /// round of the requested types alone would send their new state before the others' (a
+    /// route before the cluster it names: rule O1). A raise after this look is kept, and wakes
+    /// a full round next; a cache that changes during a round is read part old, part new, as
+    /// in any round.
+    fn views_unchanged_unless_raised(&mut self) {
+        if !self.signal.take() {
+            lock(&self.state.core).views_unchanged();
+        }
     }
 
     /// Waits for a permit of the join gate in `lane`, at most until the gate's deadline (then
