@@ -327,7 +327,7 @@ impl View for ResourceTable {
     }
 
     fn version(&self) -> String {
-        self.version.hex_string()
+        self.version.to_string()
     }
 
     fn get(&self, name: &str) -> Option<EncodedResource> {

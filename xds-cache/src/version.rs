@@ -52,9 +52,7 @@ impl TypeVersion {
     pub fn remove(&mut self, name: &str, version: &str) {
         self.0 ^= entry_hash(name, version);
     }
-}
 
-impl TypeVersion {
     /// The 16 lower-case hex digits, written without the formatting machinery: a delta response
     /// names its type's version, so this is done once per response.
     fn hex(self) -> [u8; 16] {
@@ -64,11 +62,6 @@ impl TypeVersion {
             *digit = DIGITS[((self.0 >> (60 - 4 * i)) & 0xf) as usize];
         }
         out
-    }
-
-    /// The version as its 16 hex digits (what `to_string` gives, without the formatter).
-    pub(crate) fn hex_string(self) -> String {
-        self.hex().iter().map(|&digit| char::from(digit)).collect()
     }
 }
 
@@ -101,7 +94,6 @@ mod tests {
             let version = TypeVersion(value);
             let expected = format!("{value:016x}");
             assert_eq!(version.to_string(), expected);
-            assert_eq!(version.hex_string(), expected);
             assert_eq!(format!("{version:>18}"), format!("  {expected}"));
         }
     }

@@ -880,11 +880,12 @@ impl<R: Resource> Tracker<R> {
             return;
         }
         let explicit = sub.has_name(name);
+        let scoped = || sub.is_wildcard() || sub.in_glob(name);
         // `covers`, with the name lookup done above.
-        let covered = || explicit || sub.is_wildcard() || sub.in_glob(name);
+        let covered = || explicit || scoped();
         let direct = view.get(name);
         // Rule C2: a member of a subscribed glob is wanted while it exists.
-        let interested = explicit || (direct.is_some() && (sub.is_wildcard() || sub.in_glob(name)));
+        let interested = explicit || (direct.is_some() && scoped());
         let resolved = match direct {
             Some(r) => Some((r, false)),
             None if traits.aliases && explicit => view.resolve_alias(name).map(|r| (r, true)),

@@ -236,10 +236,7 @@ impl<P: WireProtocol> Driver<P> {
                 if let Some(lane) = self.join.before_write(resources)
                     && !self.wait_for_permit(lane).await
                 {
-                    self.done = true;
-                    return Some(Err(Status::unavailable(
-                        "the server is shutting down: reconnect",
-                    )));
+                    return Some(Err(self.shutting_down()));
                 }
                 self.join.wrote(resources);
                 let wire = self.outbox.pop_front().map(|(wire, _)| Ok(wire));
@@ -265,10 +262,7 @@ impl<P: WireProtocol> Driver<P> {
             // waits (for a join permit) waits below, boxed.
             let gated = tokio::select! {
                 biased;
-                _ = self.stopping.as_mut() => {
-                    self.done = true;
-                    return Some(Err(Status::unavailable("the server is shutting down: reconnect")));
-                }
+                _ = self.stopping.as_mut() => return Some(Err(self.shutting_down())),
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => match self.join.first_request(P::resumes(&request)) {
                         Some(lane) => Some((lane, Box::new(request))),
@@ -304,10 +298,7 @@ impl<P: WireProtocol> Driver<P> {
             };
             if let Some((lane, request)) = gated {
                 if !self.wait_for_permit(lane).await {
-                    self.done = true;
-                    return Some(Err(Status::unavailable(
-                        "the server is shutting down: reconnect",
-                    )));
+                    return Some(Err(self.shutting_down()));
                 }
                 if let Err(status) = self.take_request(*request) {
                     return Some(Err(status));
@@ -315,6 +306,12 @@ impl<P: WireProtocol> Driver<P> {
             }
             self.respond();
         }
+    }
+
+    /// The stream ends as the server shuts down: the client reconnects (to another replica).
+    fn shutting_down(&mut self) -> Status {
+        self.done = true;
+        Status::unavailable("the server is shutting down: reconnect")
     }
 
     /// Takes in one request ([`on_request`](Self::on_request)); a refused one ends the stream.
