@@ -24,8 +24,74 @@ struct Inner {
     type_url: TypeUrl,
     name: Arc<str>,
     version: Box<str>,
-    value: Bytes,
     ttl: Option<Duration>,
+    /// The resource as the body of the delta `Resource` message that carries it (see
+    /// [`EncodedResource::delta_entry`]), its value among its bytes.
+    entry: Bytes,
+    /// Where the value is in `entry`: the bytes are kept once.
+    value: std::ops::Range<usize>,
+}
+
+impl Inner {
+    fn value_bytes(&self) -> &[u8] {
+        &self.entry[self.value.clone()]
+    }
+
+    /// An `Inner` with its delta entry written: `version = 1`, `resource = 2` (an `Any` of
+    /// `type_url = 1`, `value = 2`), `name = 3`, `ttl = 6`, the order a prost encoding has.
+    fn new(
+        type_url: TypeUrl,
+        name: Arc<str>,
+        version: Box<str>,
+        value: &[u8],
+        ttl: Option<Duration>,
+    ) -> Inner {
+        use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+        let url = type_url.as_str();
+        let field = |tag: u32, len: usize| key_len(tag) + encoded_len_varint(len as u64) + len;
+        let text = |tag: u32, s: &str| if s.is_empty() { 0 } else { field(tag, s.len()) };
+        // `google.protobuf.Duration { seconds = 1, nanos = 2 }`, zero fields left out.
+        let duration = ttl.map(|ttl| {
+            let (seconds, nanos) = (ttl.as_secs(), u64::from(ttl.subsec_nanos()));
+            let part = |n: u64| if n == 0 { 0 } else { 1 + encoded_len_varint(n) };
+            (seconds, nanos, part(seconds) + part(nanos))
+        });
+        let any = text(1, url) + field(2, value.len());
+        let len = text(1, &version)
+            + field(2, any)
+            + text(3, &name)
+            + duration.map_or(0, |(_, _, len)| field(6, len));
+        let mut entry = Vec::with_capacity(len);
+        let put_len = |tag: u32, len: usize, entry: &mut Vec<u8>| {
+            encode_key(tag, WireType::LengthDelimited, entry);
+            encode_varint(len as u64, entry);
+        };
+        let put_text = |tag: u32, s: &str, entry: &mut Vec<u8>| {
+            if !s.is_empty() {
+                put_len(tag, s.len(), entry);
+                entry.extend_from_slice(s.as_bytes());
+            }
+        };
+        put_text(1, &version, &mut entry);
+        put_len(2, any, &mut entry);
+        put_text(1, url, &mut entry);
+        put_len(2, value.len(), &mut entry);
+        let value_at = entry.len();
+        entry.extend_from_slice(value);
+        put_text(3, &name, &mut entry);
+        if let Some((seconds, nanos, len)) = duration {
+            put_len(6, len, &mut entry);
+            for (tag, n) in [(1, seconds), (2, nanos)] {
+                if n != 0 {
+                    encode_key(tag, WireType::Varint, &mut entry);
+                    encode_varint(n, &mut entry);
+                }
+            }
+        }
+        debug_assert_eq!(entry.len(), len);
+        let value = value_at..value_at + value.len();
+        Inner { type_url, name, version, ttl, entry: Bytes::from(entry), value }
+    }
 }
 
 /// Why a message could not become an [`EncodedResource`].
@@ -93,13 +159,13 @@ impl EncodedResource {
         let name = normal_name(&type_url, name)?;
         let canonical = canonical_bytes(type_url.message_name(), encoded);
         let version = content_version(&canonical);
-        Ok(EncodedResource(Arc::new(Inner {
+        Ok(EncodedResource(Arc::new(Inner::new(
             type_url,
-            name: Arc::from(&*name),
+            Arc::from(&*name),
             version,
-            value: Bytes::copy_from_slice(&canonical),
-            ttl: None,
-        })))
+            &canonical,
+            None,
+        ))))
     }
 
     /// Wraps a resource packed in an `Any` (from a configuration file, another server, ...),
@@ -133,13 +199,13 @@ impl EncodedResource {
     #[must_use]
     pub fn with_ttl(self, ttl: Duration) -> Self {
         let inner = &self.0;
-        EncodedResource(Arc::new(Inner {
-            type_url: inner.type_url.clone(),
-            name: inner.name.clone(),
-            version: inner.version.clone(),
-            value: inner.value.clone(),
-            ttl: Some(ttl),
-        }))
+        EncodedResource(Arc::new(Inner::new(
+            inner.type_url.clone(),
+            inner.name.clone(),
+            inner.version.clone(),
+            inner.value_bytes(),
+            Some(ttl),
+        )))
     }
 
     /// The resource's name; an `xdstp://` name in its normal form (rule C1), so that caches
@@ -164,8 +230,8 @@ impl EncodedResource {
     }
 
     /// The canonical encoding of the message (the `value` of its `Any`).
-    pub fn value(&self) -> &Bytes {
-        &self.0.value
+    pub fn value(&self) -> &[u8] {
+        self.0.value_bytes()
     }
 
     /// The time to live, if any.
@@ -173,15 +239,38 @@ impl EncodedResource {
         self.0.ttl
     }
 
+    /// The body of the `envoy.service.discovery.v3.Resource` message that carries the resource
+    /// in a delta response, under its own name, with no alias: `version`, `resource` (the
+    /// [`any_field`](Self::any_field)), `name`, and `ttl` when it has one. Written once, when the
+    /// resource is made, so that a response is a copy of these bytes per resource rather than
+    /// five fields written (a joining client of a snapshot of its own is sent 20,000 of them).
+    /// The resource's [`value`](Self::value) is a slice of it: the bytes are kept once.
+    pub fn delta_entry(&self) -> &Bytes {
+        &self.0.entry
+    }
+
+    /// The resource as an `Any` field of number 2, key and length included: an entry of a SotW
+    /// `DiscoveryResponse.resources` as it is written for a resource without a TTL, and the
+    /// `resource` field within [`delta_entry`](Self::delta_entry) (a slice of it).
+    pub fn any_field(&self) -> &[u8] {
+        let version = &self.0.version;
+        let start = if version.is_empty() {
+            0
+        } else {
+            1 + prost::encoding::encoded_len_varint(version.len() as u64) + version.len()
+        };
+        &self.0.entry[start..self.0.value.end]
+    }
+
     /// The resource as a `google.protobuf.Any` (copies the bytes; the server's send path does not
     /// use this).
     pub fn to_any(&self) -> Any {
-        Any { type_url: self.0.type_url.as_str().to_owned(), value: self.0.value.to_vec() }
+        Any { type_url: self.0.type_url.as_str().to_owned(), value: self.value().to_vec() }
     }
 
     /// Decodes the resource back into its message type.
     pub fn decode<M: Message + Default>(&self) -> Result<M, prost::DecodeError> {
-        M::decode(self.0.value.clone())
+        M::decode(self.value())
     }
 
     /// Whether two handles share the same allocation (no re-encode happened between them).
@@ -306,7 +395,7 @@ mod tests {
         assert_eq!(r.name(), format!("xdstp://a/{t}/c?a=A&z=1"));
         // The body keeps the name as written: only the key is normalized.
         assert_eq!(
-            Cluster::decode(&r.value()[..]).unwrap().name,
+            Cluster::decode(r.value()).unwrap().name,
             format!("xdstp://a/{t}/c?z=1&a=%41")
         );
         let wrong = "xdstp://a/envoy.config.listener.v3.Listener/c".to_owned();
@@ -376,5 +465,32 @@ mod tests {
         assert_eq!(r.version(), t.version());
         assert_eq!(t.ttl(), Some(Duration::from_secs(5)));
         assert_ne!(r, t);
+    }
+
+    /// The entry a resource keeps written reads as the delta `Resource` message it stands for,
+    /// with or without a TTL, and its `Any` field as the `Any` of a SotW response; the value is
+    /// a slice of it.
+    #[test]
+    fn the_kept_entry_reads_as_the_resource_message_and_its_any() {
+        use crate::pb::envoy::service::discovery::v3::{DiscoveryResponse, Resource};
+        let cluster =
+            Cluster { name: "c".into(), alt_stat_name: "x".repeat(300), ..Default::default() };
+        let plain = EncodedResource::new(&cluster).unwrap();
+        let ttls = [Duration::from_secs(5), Duration::from_millis(1500), Duration::from_nanos(7)];
+        for r in std::iter::once(plain.clone()).chain(ttls.map(|t| plain.clone().with_ttl(t))) {
+            let entry = Resource::decode(&r.delta_entry()[..]).unwrap();
+            assert_eq!(entry.name, "c");
+            assert_eq!(entry.version, r.version());
+            assert_eq!(entry.resource, Some(r.to_any()));
+            assert!(entry.aliases.is_empty());
+            let ttl = entry.ttl.map(|d| Duration::new(d.seconds as u64, d.nanos as u32));
+            assert_eq!(ttl, r.ttl());
+            assert_eq!(r.delta_entry().len(), entry.encoded_len(), "no byte beyond the fields");
+
+            let any = DiscoveryResponse::decode(r.any_field()).unwrap();
+            assert_eq!(any.resources, [r.to_any()]);
+            assert!(r.delta_entry().as_ptr_range().contains(&r.value().as_ptr()));
+            assert_eq!(r.decode::<Cluster>().unwrap(), cluster);
+        }
     }
 }

@@ -37,11 +37,9 @@ pub(super) fn any_len(r: &EncodedResource) -> usize {
     string_len(1, r.type_url().as_str()) + len_delimited(2, r.value().len())
 }
 
-pub(super) fn put_any(tag: u32, r: &EncodedResource, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(any_len(r) as u64, buf);
-    put_string(1, r.type_url().as_str(), buf);
-    put_bytes_field(2, r.value(), buf);
+/// The resource as an `Any` field of number 2, as the resource keeps it written.
+pub(super) fn put_any(r: &EncodedResource, buf: &mut impl BufMut) {
+    buf.put_slice(r.any_field());
 }
 
 /// The type URL of `envoy.service.discovery.v3.Resource`, the wrapper SotW uses for resources
@@ -69,7 +67,7 @@ pub(super) fn put_wrapper(
 ) {
     put_string(1, r.version(), buf);
     if !heartbeat {
-        put_any(2, r, buf);
+        put_any(r, buf);
     }
     put_string(3, r.name(), buf);
     put_duration(6, ttl, buf);
@@ -86,7 +84,7 @@ pub(super) fn sotw_any_len(r: &EncodedResource, heartbeat: bool) -> usize {
 }
 
 pub(super) fn put_sotw_any(r: &EncodedResource, heartbeat: bool, buf: &mut impl BufMut) {
-    let Some(ttl) = r.ttl() else { return put_any(2, r, buf) };
+    let Some(ttl) = r.ttl() else { return put_any(r, buf) };
     encoding::encode_key(2, WireType::LengthDelimited, buf);
     encoding::encode_varint(sotw_any_len(r, heartbeat) as u64, buf);
     put_string(1, wrapper_type_url(), buf);
@@ -171,15 +169,10 @@ pub(super) fn delta_resource_len(
 ) -> usize {
     match e {
         DeltaResource::Present { resource, aliases } => {
-            string_len(1, resource.version())
-                + (if heartbeat { 0 } else { len_delimited(2, any_len(resource)) })
-                + string_len(3, spelled(spellings, resource.name()))
-                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
-                + resource.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
+            present_len(resource, spelled(spellings, resource.name()), aliases, heartbeat)
         }
         DeltaResource::Absent { name, aliases } => {
-            string_len(3, spelled(spellings, name))
-                + aliases.iter().map(|a| len_delimited(4, a.len())).sum::<usize>()
+            string_len(3, spelled(spellings, name)) + aliases_len(aliases)
         }
     }
 }
@@ -190,27 +183,81 @@ pub(super) fn put_delta_resource(
     spellings: &BTreeMap<String, String>,
     buf: &mut impl BufMut,
 ) {
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(delta_resource_len(e, heartbeat, spellings) as u64, buf);
     match e {
         DeltaResource::Present { resource, aliases } => {
-            put_string(1, resource.version(), buf);
-            if !heartbeat {
-                put_any(2, resource, buf);
-            }
-            put_string(3, spelled(spellings, resource.name()), buf);
-            for a in aliases {
-                put_bytes_field(4, a.as_bytes(), buf);
-            }
-            if let Some(ttl) = resource.ttl() {
-                put_duration(6, ttl, buf);
-            }
+            let name = spelled(spellings, resource.name());
+            put_present(resource, name, aliases, heartbeat, buf);
         }
         DeltaResource::Absent { name, aliases } => {
-            put_string(3, spelled(spellings, name), buf);
-            for a in aliases {
-                put_bytes_field(4, a.as_bytes(), buf);
-            }
+            let name = spelled(spellings, name);
+            encoding::encode_key(2, WireType::LengthDelimited, buf);
+            encoding::encode_varint((string_len(3, name) + aliases_len(aliases)) as u64, buf);
+            put_string(3, name, buf);
+            put_aliases(aliases, buf);
         }
     }
+}
+
+/// The body length of a delta `Resource` that carries `resource` as the client knows it, under
+/// `name`, with the `aliases` it was subscribed by; without its body in a heartbeat.
+fn present_len(r: &EncodedResource, name: &str, aliases: &[String], heartbeat: bool) -> usize {
+    if is_plain(r, name, aliases, heartbeat) {
+        return r.delta_entry().len();
+    }
+    string_len(1, r.version())
+        + (if heartbeat { 0 } else { len_delimited(2, any_len(r)) })
+        + string_len(3, name)
+        + aliases_len(aliases)
+        + r.ttl().map_or(0, |t| len_delimited(6, duration_len(t)))
+}
+
+/// The field (key, length and body) of the `Resource` that [`present_len`] measures.
+fn put_present(
+    r: &EncodedResource,
+    name: &str,
+    aliases: &[String],
+    heartbeat: bool,
+    buf: &mut impl BufMut,
+) {
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(present_len(r, name, aliases, heartbeat) as u64, buf);
+    if is_plain(r, name, aliases, heartbeat) {
+        return buf.put_slice(r.delta_entry());
+    }
+    put_string(1, r.version(), buf);
+    if !heartbeat {
+        put_any(r, buf);
+    }
+    put_string(3, name, buf);
+    put_aliases(aliases, buf);
+    if let Some(ttl) = r.ttl() {
+        put_duration(6, ttl, buf);
+    }
+}
+
+/// Whether the entry is the one the resource keeps written ([`EncodedResource::delta_entry`]):
+/// under its own name as the client spells it (rule C1), with no alias, not a heartbeat.
+fn is_plain(r: &EncodedResource, name: &str, aliases: &[String], heartbeat: bool) -> bool {
+    !heartbeat && aliases.is_empty() && name == r.name()
+}
+
+fn aliases_len(aliases: &[String]) -> usize {
+    aliases.iter().map(|a| len_delimited(4, a.len())).sum()
+}
+
+fn put_aliases(aliases: &[String], buf: &mut impl BufMut) {
+    for a in aliases {
+        put_bytes_field(4, a.as_bytes(), buf);
+    }
+}
+
+/// The body length of a shared set's delta entry: the resource under its own name, no alias,
+/// which it keeps written.
+pub(super) fn plain_delta_len(r: &EncodedResource) -> usize {
+    r.delta_entry().len()
+}
+
+/// A shared set's delta entry (see [`plain_delta_len`]): one copy.
+pub(super) fn put_plain_delta(r: &EncodedResource, buf: &mut impl BufMut) {
+    put_bytes_field(2, r.delta_entry(), buf);
 }
