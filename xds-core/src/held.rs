@@ -214,18 +214,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Clone, Debug, PartialEq, Eq)]
-    struct Res(&'static str, &'static str);
-
-    impl Resource for Res {
-        fn name(&self) -> &str {
-            self.0
-        }
-        fn version(&self) -> &str {
-            self.1
-        }
-    }
+    use crate::resource::TestRes as Res;
 
     #[test]
     fn a_name_lives_in_one_place_and_iteration_is_in_name_order() {

@@ -274,21 +274,25 @@ pub struct TypeTraits {
     pub aliases: bool,
 }
 
+/// A resource of a fixed name and version, for the crate's unit tests.
+#[cfg(test)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TestRes(pub(crate) &'static str, pub(crate) &'static str);
+
+#[cfg(test)]
+impl Resource for TestRes {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn version(&self) -> &str {
+        self.1
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::TestRes as Res;
     use super::*;
-
-    #[derive(Clone, Debug, PartialEq, Eq)]
-    struct Res(&'static str, &'static str);
-
-    impl Resource for Res {
-        fn name(&self) -> &str {
-            self.0
-        }
-        fn version(&self) -> &str {
-            self.1
-        }
-    }
 
     fn contents(set: &ResourceSet<Res>) -> Vec<(&str, &str)> {
         set.iter().map(|r| (r.0, r.1)).collect()

@@ -394,10 +394,7 @@ mod tests {
         let r = EncodedResource::new(&named(format!("xdstp://a/{t}/c?z=1&a=%41"))).unwrap();
         assert_eq!(r.name(), format!("xdstp://a/{t}/c?a=A&z=1"));
         // The body keeps the name as written: only the key is normalized.
-        assert_eq!(
-            Cluster::decode(r.value()).unwrap().name,
-            format!("xdstp://a/{t}/c?z=1&a=%41")
-        );
+        assert_eq!(Cluster::decode(r.value()).unwrap().name, format!("xdstp://a/{t}/c?z=1&a=%41"));
         let wrong = "xdstp://a/envoy.config.listener.v3.Listener/c".to_owned();
         let err = EncodedResource::new(&named(wrong.clone())).unwrap_err();
         assert!(matches!(&err, EncodeError::InvalidName { name, .. } if *name == wrong), "{err}");
