@@ -195,7 +195,8 @@ impl EncodedResource {
     }
 
     /// The same resource with a time to live: clients drop it unless a response or a heartbeat
-    /// renews it in time (`Resource.ttl`). The TTL does not change the version.
+    /// renews it in time (`Resource.ttl`). The TTL does not change the version. The result
+    /// keeps its own copy of the bytes (its [`delta_entry`](Self::delta_entry) carries the TTL).
     #[must_use]
     pub fn with_ttl(self, ttl: Duration) -> Self {
         let inner = &self.0;

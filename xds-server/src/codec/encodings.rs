@@ -136,7 +136,7 @@ impl RecentEncodings {
         let mut bytes = 0;
         let mut keep = 0;
         for e in recent.iter() {
-            bytes += e.entries.len();
+            bytes += e.entries.capacity();
             if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
                 break;
             }
@@ -155,6 +155,10 @@ const SPARE_BYTES: usize = 16 << 20;
 /// How many freed buffers a server keeps at most.
 const SPARE: usize = 8;
 
+/// The smallest buffer worth keeping: a set of a few resources (a listener, its routes) is
+/// encoded into memory the allocator reuses anyway.
+const SPARE_MIN: usize = 64 << 10;
+
 /// The buffers of set encodings that no response uses any more, kept (up to [`SPARE`] of them
 /// and [`SPARE_BYTES`] in all) for the next encodings. Where every node has its own view (a
 /// snapshot per node), each joining client's sets are encoded for it alone, about 1.5 MB per
@@ -167,28 +171,35 @@ const SPARE: usize = 8;
 pub(crate) struct Buffers(Mutex<Vec<Vec<u8>>>);
 
 impl Buffers {
-    /// An empty buffer of at least `capacity`: the smallest spare one that is large enough, else
-    /// the largest, grown (the copy of nothing), else a new one.
+    /// An empty buffer of at least `capacity`: the smallest spare one that is large enough and
+    /// at most twice that (a small set never holds a large buffer), else a new one. Below
+    /// [`SPARE_MIN`], always a new one: the allocator keeps such sizes on its own.
     fn take(&self, capacity: usize) -> Vec<u8> {
+        if capacity < SPARE_MIN {
+            return Vec::with_capacity(capacity);
+        }
         let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let fits = spare
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.capacity() >= capacity)
+            .filter(|(_, b)| (capacity..=capacity.saturating_mul(2)).contains(&b.capacity()))
             .min_by_key(|(_, b)| b.capacity())
-            .or_else(|| spare.iter().enumerate().max_by_key(|(_, b)| b.capacity()))
             .map(|(i, _)| i);
-        let mut buf = fits.map(|i| spare.swap_remove(i)).unwrap_or_default();
+        let buf = fits.map(|i| spare.swap_remove(i));
         drop(spare);
-        buf.clear();
-        buf.reserve_exact(capacity);
-        buf
+        match buf {
+            Some(mut buf) => {
+                buf.clear();
+                buf
+            }
+            None => Vec::with_capacity(capacity),
+        }
     }
 
     /// Keeps `buf` for a later encoding, unless the spare buffers would exceed their bounds; then
     /// the smallest ones go first, as they save the least.
     fn put(&self, buf: Vec<u8>) {
-        if buf.capacity() == 0 || buf.capacity() > SPARE_BYTES {
+        if buf.capacity() < SPARE_MIN || buf.capacity() > SPARE_BYTES {
             return;
         }
         let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -251,23 +262,29 @@ mod tests {
 
     use super::*;
 
+    /// `count` clusters of about 400 bytes each.
     fn set(prefix: &str, count: usize) -> ResourceSet<EncodedResource> {
-        let cluster = |i| Cluster { name: format!("{prefix}-{i:04}"), ..Default::default() };
+        let cluster = |i| Cluster {
+            name: format!("{prefix}-{i:04}"),
+            alt_stat_name: "x".repeat(300),
+            ..Default::default()
+        };
         ResourceSet::new((0..count).map(|i| EncodedResource::new(&cluster(i)).unwrap()).collect())
     }
 
-    /// A freed encoding's buffer is written again by the next one, which reads the same as an
-    /// encoding into a new buffer.
+    /// A freed encoding's buffer is written again by the next one of about its size, which reads
+    /// the same as an encoding into a new buffer; a much smaller or a larger set gets its own.
     #[test]
-    fn a_freed_encodings_buffer_is_reused_for_the_next_one() {
+    fn a_freed_encodings_buffer_is_reused_for_the_next_one_of_its_size() {
         let buffers = Arc::new(Buffers::default());
         for variant in [SetVariant::Delta, SetVariant::Sotw] {
-            let first = encode_set(&set("first", 300), variant, Some(&buffers));
+            let first = encode_set(&set("first", 600), variant, Some(&buffers));
             let (address, capacity) = (first.entries.as_ptr(), first.entries.capacity());
+            assert!(capacity >= SPARE_MIN);
             drop(first);
             assert_eq!(buffers.spare_capacities(), [capacity], "kept once no response uses it");
 
-            let other = set("other", 200);
+            let other = set("other", 400);
             let second = encode_set(&other, variant, Some(&buffers));
             assert_eq!(second.entries.as_ptr(), address, "the same buffer");
             assert!(buffers.spare_capacities().is_empty());
@@ -277,33 +294,46 @@ mod tests {
             drop(fresh);
             assert!(buffers.spare_capacities().is_empty(), "an encoding with no server keeps none");
             drop(second);
+            assert_eq!(buffers.spare_capacities(), [capacity]);
+
+            // Less than half of the spare buffer, or more than it: a buffer of its own, and the
+            // spare one stays.
+            for count in [250, 3_000] {
+                let own = encode_set(&set("own", count), variant, Some(&buffers));
+                assert_ne!(own.entries.as_ptr(), address);
+                assert_eq!(buffers.spare_capacities(), [capacity]);
+                drop(own);
+                assert!(buffers.spare_capacities().contains(&capacity));
+                buffers.0.lock().unwrap().retain(|b| b.as_ptr() == address);
+            }
+            buffers.0.lock().unwrap().clear();
         }
-        // A larger set than any spare buffer grows one rather than leaving it.
-        let capacity = buffers.spare_capacities()[0];
-        let large = encode_set(&set("large", 3_000), SetVariant::Delta, Some(&buffers));
-        assert!(large.entries.capacity() > capacity);
-        assert!(buffers.spare_capacities().is_empty());
+        // A set of a few resources neither takes a spare buffer nor gives its own back.
+        buffers.put(Vec::with_capacity(SPARE_MIN));
+        let small = encode_set(&set("small", 2), SetVariant::Delta, Some(&buffers));
+        assert!(small.entries.capacity() < SPARE_MIN);
+        drop(small);
+        assert_eq!(buffers.spare_capacities(), [SPARE_MIN]);
     }
 
     /// The spare buffers stay within their count and their bytes; the smallest go first.
     #[test]
     fn spare_buffers_are_bounded_in_count_and_bytes() {
         let buffers = Buffers::default();
-        for capacity in 1..=SPARE + 3 {
-            buffers.put(Vec::with_capacity(capacity * 1000));
+        let unit = SPARE_MIN * 2;
+        for n in 1..=SPARE + 3 {
+            buffers.put(Vec::with_capacity(n * unit));
         }
         let kept = buffers.spare_capacities();
         assert_eq!(kept.len(), SPARE);
-        assert_eq!(kept.iter().min(), Some(&4000), "the three smallest went");
+        assert_eq!(kept.iter().min(), Some(&(4 * unit)), "the three smallest went");
 
         buffers.put(Vec::with_capacity(SPARE_BYTES + 1));
-        assert_eq!(buffers.spare_capacities(), kept, "a buffer beyond the bound is not kept");
-        buffers.put(Vec::with_capacity(SPARE_BYTES - 5000));
+        buffers.put(Vec::with_capacity(SPARE_MIN - 1));
+        assert_eq!(buffers.spare_capacities(), kept, "a buffer beyond the bounds is not kept");
+        buffers.put(Vec::with_capacity(SPARE_BYTES - unit));
         let kept = buffers.spare_capacities();
         assert!(kept.iter().sum::<usize>() <= SPARE_BYTES, "{kept:?}");
-        assert_eq!(kept[0], SPARE_BYTES - 5000, "the largest kept first");
-
-        let taken = buffers.take(100);
-        assert!(taken.is_empty() && taken.capacity() >= 100);
+        assert_eq!(kept[0], SPARE_BYTES - unit, "the largest kept first");
     }
 }
