@@ -22,6 +22,15 @@ fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut 
     status.types.get_mut(type_key.as_str()).expect("inserted above when missing")
 }
 
+/// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
+/// response and ACK, and the version and nonce it keeps are as long each time.
+fn set_text(slot: &mut Option<String>, text: &str) {
+    match slot {
+        Some(held) => text.clone_into(held),
+        None => *slot = Some(text.to_owned()),
+    }
+}
+
 /// Records events in the stream's status, its event log and the server's metrics. Runs no user
 /// code.
 pub(super) fn record(
@@ -52,7 +61,7 @@ pub(super) fn record(
                 if !version.is_empty() {
                     ts.acked_version = Some(bounded_owned(version));
                 } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
-                    ts.acked_version = ts.sent_version.clone();
+                    ts.acked_version.clone_from(&ts.sent_version);
                 }
                 log.acked(label, latency.map(|l| l.as_millis() as u64));
             }
@@ -91,8 +100,8 @@ pub(super) fn record(
             }
             Event::Sent { type_key, version, nonce, resources, heartbeat } => {
                 let ts = type_status(&mut status, type_key);
-                ts.sent_version = Some(version.clone());
-                ts.sent_nonce = Some(nonce.clone());
+                set_text(&mut ts.sent_version, version);
+                set_text(&mut ts.sent_nonce, nonce);
                 ts.sent_ms = now;
                 // A TTL heartbeat renews what the client holds: the history would be nothing
                 // else for a quiet stream.
@@ -152,5 +161,21 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: Vec<Event<Ty
             tokio::task::block_in_place(call);
         }
         _ => call(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_text;
+
+    #[test]
+    fn a_status_text_is_written_into_the_string_it_holds() {
+        let mut slot = None;
+        set_text(&mut slot, "0123456789abcdef");
+        assert_eq!(slot.as_deref(), Some("0123456789abcdef"));
+        let at = slot.as_ref().map(|s| s.as_ptr());
+        set_text(&mut slot, "42");
+        assert_eq!(slot.as_deref(), Some("42"), "the whole text replaced");
+        assert_eq!(slot.as_ref().map(|s| s.as_ptr()), at, "in the same allocation");
     }
 }
