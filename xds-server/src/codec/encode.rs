@@ -202,8 +202,14 @@ pub(super) fn put_delta_resource(
 /// `name`, with the `aliases` it was subscribed by; without its body in a heartbeat.
 fn present_len(r: &EncodedResource, name: &str, aliases: &[String], heartbeat: bool) -> usize {
     if is_plain(r, name, aliases, heartbeat) {
-        return r.delta_entry().len();
+        plain_delta_len(r)
+    } else {
+        fields_len(r, name, aliases, heartbeat)
     }
+}
+
+/// [`present_len`] of an entry written field by field (see [`is_plain`]).
+fn fields_len(r: &EncodedResource, name: &str, aliases: &[String], heartbeat: bool) -> usize {
     string_len(1, r.version())
         + (if heartbeat { 0 } else { len_delimited(2, any_len(r)) })
         + string_len(3, name)
@@ -219,11 +225,11 @@ fn put_present(
     heartbeat: bool,
     buf: &mut impl BufMut,
 ) {
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(present_len(r, name, aliases, heartbeat) as u64, buf);
     if is_plain(r, name, aliases, heartbeat) {
-        return buf.put_slice(r.delta_entry());
+        return put_plain_delta(r, buf);
     }
+    encoding::encode_key(2, WireType::LengthDelimited, buf);
+    encoding::encode_varint(fields_len(r, name, aliases, heartbeat) as u64, buf);
     put_string(1, r.version(), buf);
     if !heartbeat {
         put_any(r, buf);
