@@ -75,7 +75,7 @@ impl TypeSet {
         prost::encoding::message::encode(2, &any, &mut sotw);
         let resource = Resource {
             name,
-            version: format!("r{}", self.revision),
+            version: resource_version(self.revision),
             resource: Some(any),
             ..Default::default()
         };
@@ -130,6 +130,14 @@ impl TypeSet {
         let (version, nonce) = (format!("r{}", self.revision), format!("c{}", self.revision));
         framed(&version, &self.type_url, &nonce, &picked)
     }
+}
+
+/// A delta entry's version at `revision`: sixteen hex digits, as long as the project's (the hash of
+/// the resource's content, `xds-proto`'s `EncodedResource`). The floor writes the project's bytes
+/// so that their ratio measures work: with `r{revision}` it sent a delta storm 9 % fewer bytes
+/// (2,722 MiB against 2,989 MiB for 1,000 clients × 20,000 resources).
+fn resource_version(revision: u64) -> String {
+    format!("{revision:016x}")
 }
 
 /// A response (version, entries, type URL, nonce) behind its gRPC frame header (uncompressed,
@@ -217,7 +225,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(seen, [(10_000, b"r1".to_vec())]);
+        assert_eq!(seen, [(10_000, b"0000000000000001".to_vec())]);
         assert_eq!(proto::header(body(&s)).unwrap().nonce, b"u1");
         let again = DiscoveryResponse::decode(body(&set.full(Mode::Sotw))).unwrap();
         assert_eq!((again.resources.len(), again.nonce.as_str()), (3, "f1"));
