@@ -13,6 +13,15 @@ impl Protocol for Delta {
     type Response<R: Resource> = DeltaResponse<R>;
 
     fn handle<R: Resource>(sub: &mut SubStream<Self, R>, mut request: DeltaRequest) -> Handled {
+        if sub.flow.started() && request.names_nothing() {
+            // An ACK or NACK and nothing else (every request of a synced proxy, one per update):
+            // no name to admit, subscribe, force or forget, which the steps below would each
+            // find in turn. A first request is never this: its empty list subscribes to the
+            // wildcard (rule D4).
+            let error = request.error_detail.as_ref();
+            let kind = sub.flow.classify(&request.response_nonce, error, "");
+            return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };
+        }
         // A set the server found stands for its names listed; unless some name is refused now
         // or was before, when each name goes through the naming below as if listed.
         let mut set = request.subscribe_set.take();

@@ -67,6 +67,11 @@ impl Flow {
         }
     }
 
+    /// Whether a request came before: the next one is not the sub-stream's first.
+    pub(crate) fn started(&self) -> bool {
+        self.phase != Phase::Unstarted
+    }
+
     pub(crate) fn ready(&self) -> bool {
         self.phase == Phase::Ready
     }

@@ -80,6 +80,18 @@ pub struct DeltaRequest {
     pub denied: BTreeMap<String, String>,
 }
 
+impl DeltaRequest {
+    /// Whether the request names nothing: no name or set to subscribe or unsubscribe, no
+    /// declared version, nothing refused. A synced client's ACK or NACK is this.
+    pub(crate) fn names_nothing(&self) -> bool {
+        self.subscribe.is_empty()
+            && self.subscribe_set.is_none()
+            && self.unsubscribe.is_empty()
+            && self.initial_resource_versions.is_empty()
+            && self.denied.is_empty()
+    }
+}
+
 /// What a request meant, as the sub-stream classified it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RequestKind {

@@ -116,11 +116,39 @@ impl<R: Resource> Diff<R> {
     }
 }
 
-/// A [`Diff`] being built name by name: what to send is collected by name first, as a
-/// resource found through several aliases is sent once.
+/// A [`Diff`] being built name by name. Names are compared in order, so what to send comes in
+/// name order, each resource once: unless a resource was found through an alias (VHDS), which
+/// can come out of order or twice (under its name and an alias, or two aliases); then
+/// [`into_diff`](Self::into_diff) sorts and merges, so that a resource is sent once with its
+/// aliases. (A map by name took two allocations per resource sent, for the common case that
+/// needs none.)
 struct Found<R> {
-    send: BTreeMap<String, (R, BTreeSet<String>)>,
+    send: Vec<(R, Vec<String>)>,
+    aliased: bool,
     diff: Diff<R>,
+}
+
+impl<R: Resource> Found<R> {
+    fn into_diff(self) -> Diff<R> {
+        let Found { mut send, aliased, mut diff } = self;
+        if aliased {
+            // Stable: of two entries of one resource, the first is kept, with both's aliases.
+            send.sort_by(|a, b| a.0.name().cmp(b.0.name()));
+            send.dedup_by(|later, kept| {
+                let same = later.0.name() == kept.0.name();
+                if same {
+                    kept.1.append(&mut later.1);
+                }
+                same
+            });
+            for (_, aliases) in &mut send {
+                aliases.sort();
+                aliases.dedup();
+            }
+        }
+        diff.send = send;
+        diff
+    }
 }
 
 /// What the client will hold once the response of a [`Diff`] is sent: the outcome of
@@ -816,16 +844,11 @@ impl<R: Resource> Tracker<R> {
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
-        let mut found = Found { send: BTreeMap::new(), diff: Diff::default() };
+        let mut found = Found { send: Vec::new(), aliased: false, diff: Diff::default() };
         for name in names {
             self.compare_name(&name, comparing, &mut found, commit);
         }
-        let Found { send, mut diff } = found;
-        diff.send = send
-            .into_values()
-            .map(|(r, aliases): (R, BTreeSet<String>)| (r, aliases.into_iter().collect()))
-            .collect();
-        diff
+        found.into_diff()
     }
 
     fn candidates<V: View<Resource = R> + ?Sized>(
@@ -872,7 +895,7 @@ impl<R: Resource> Tracker<R> {
         commit: &mut Commit<R>,
     ) {
         let Comparing { sub, traits, view, removals, forced } = *comparing;
-        let Found { send, diff } = found;
+        let Found { send, aliased, diff } = found;
         if sub.has_glob(name) {
             // A subscribed glob reported as changed: an error may have been attached to it
             // (rule C4). It is not a resource of its own.
@@ -900,11 +923,11 @@ impl<R: Resource> Tracker<R> {
                 let key = || if via_alias { Arc::from(name) } else { resource.shared_name() };
                 if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
                     changes.push(Holding::Hold(key(), Held::Sent(resource.clone())));
-                    let entry = send
-                        .entry(resource.name().to_owned())
-                        .or_insert_with(|| (resource, BTreeSet::new()));
                     if via_alias {
-                        entry.1.insert(name.to_owned());
+                        *aliased = true;
+                        send.push((resource, vec![name.to_owned()]));
+                    } else {
+                        send.push((resource, Vec::new()));
                     }
                 } else if declared {
                     // The client declared on reconnect the version it holds (rule D7): from

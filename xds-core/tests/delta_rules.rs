@@ -48,6 +48,43 @@ fn d01_every_response_has_a_fresh_nonce_and_is_acked_by_it() {
     assert_eq!(s.handle_request(delta(&["b"], &[], "")).kind, RequestKind::Spontaneous);
 }
 
+/// A request that names nothing (a synced proxy's ACK, NACK or empty request) changes nothing
+/// but the handshake: a legacy wildcard stays one, names stay subscribed, nothing is resent; a
+/// first request that names nothing is not one of them: it subscribes to the wildcard.
+#[test]
+fn d01_a_request_that_names_nothing_answers_the_response_and_changes_no_subscription() {
+    let mut n = nonces();
+    let mut view = MemView::with(&[("a", "1"), ("b", "1")]);
+    let mut s = DeltaSubStream::new(CDS);
+    assert_eq!(s.handle_request(delta(&[], &[], "")).kind, RequestKind::Initial);
+    assert_eq!(s.subscription().wildcard(), Wildcard::Legacy);
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let h = s.handle_request(delta(&[], &[], &r.nonce));
+    assert_eq!(h.kind, RequestKind::Ack { nonce: r.nonce.clone(), version: String::new() });
+    assert!(h.subscribed.is_empty() && h.unsubscribed.is_empty());
+    assert_eq!(s.subscription().wildcard(), Wildcard::Legacy, "still the legacy wildcard");
+    assert!(s.poll_response(&view, &mut n).is_none(), "nothing resent");
+    assert_eq!(s.handle_request(delta(&[], &[], "")).kind, RequestKind::Spontaneous);
+    assert_eq!(s.subscription().wildcard(), Wildcard::Legacy);
+    view.set("b", "2");
+    let r = s.poll_response(&view, &mut n).unwrap();
+    assert_eq!(delta_names(&r), names(&["b"]));
+    let nack = DeltaRequest {
+        response_nonce: r.nonce.clone(),
+        error_detail: Some(xds_core::ErrorDetail { code: 3, message: "no".into() }),
+        ..Default::default()
+    };
+    assert!(matches!(s.handle_request(nack).kind, RequestKind::Nack { .. }));
+    assert_eq!(s.subscription().wildcard(), Wildcard::Legacy);
+
+    let mut by_name = started(EDS, &["a"], &view, &mut n);
+    view.set("a", "2");
+    let r = by_name.poll_response(&view, &mut n).unwrap();
+    let _ = by_name.handle_request(delta(&[], &[], &r.nonce));
+    assert_eq!(by_name.subscription().names().iter().collect::<Vec<_>>(), ["a"]);
+    assert!(by_name.poll_response(&view, &mut n).is_none());
+}
+
 #[test]
 fn d01_stale_nonce_voids_the_ack_but_applies_the_subscription() {
     let mut n = nonces();
@@ -216,6 +253,23 @@ fn d09_alias_subscriptions_name_the_resource_and_list_the_alias() {
         }
         other => panic!("expected the virtual host, got {other:?}"),
     }
+    // A changed resource found under its own name and two aliases, and one whose alias sorts
+    // before the other's name: each resource once, in resource name order, with its aliases.
+    view.set("rc/vh1", "2");
+    view.set("rc/vh9", "1");
+    view.alias("rc/aaa.com", "rc/vh9");
+    let _ = s.handle_request(delta(&["rc/vh1", "rc/aaa.com"], &[], &r.nonce));
+    let r = s.poll_response(&view, &mut n).unwrap();
+    let sent: Vec<(&str, &[String])> = r
+        .resources
+        .iter()
+        .map(|e| match e {
+            DeltaResource::Present { resource, aliases } => (resource.name.as_str(), &aliases[..]),
+            other => panic!("expected resources, got {other:?}"),
+        })
+        .collect();
+    let (foo, aaa) = (names(&["rc/bar.com", "rc/foo.com"]), names(&["rc/aaa.com"]));
+    assert_eq!(sent, [("rc/vh1", &foo[..]), ("rc/vh9", &aaa[..])]);
 }
 
 #[test]

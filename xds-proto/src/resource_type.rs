@@ -341,7 +341,12 @@ impl From<CustomType> for TypeUrl {
 
 impl PartialEq for TypeUrl {
     fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
+        match (self, other) {
+            // Each built-in type has a type URL of its own: equal URLs are the same variant.
+            // (A stream compares its types at every request and response: no string compared.)
+            (TypeUrl::Builtin(a), TypeUrl::Builtin(b)) => a == b,
+            _ => self.as_str() == other.as_str(),
+        }
     }
 }
 
@@ -464,5 +469,14 @@ mod tests {
         );
         assert_eq!(TypeUrl::of::<Cluster>(), TypeUrl::Builtin(ResourceType::Cluster));
         assert_eq!(b.message_name(), "acme.Thing");
+        // Equality is by type URL, whichever way a type is held.
+        for t in ResourceType::ALL {
+            for u in ResourceType::ALL {
+                assert_eq!(TypeUrl::from(t) == TypeUrl::from(u), t == u);
+            }
+            let spelled = TypeUrl::Custom(CustomType::new(t.type_url()));
+            assert_eq!(spelled, TypeUrl::from(t), "{t:?} held as a custom type");
+            assert_ne!(spelled, a);
+        }
     }
 }

@@ -2,28 +2,106 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use xds_proto::TypeUrl;
 
 use crate::status::lock;
 
 /// One rendered series: name, kind, help and how to read it.
 type Series = (&'static str, &'static str, &'static str, fn(&PerType) -> f64);
 
+/// The counters of one variant and type. Atomics, each counted with one relaxed add: a stream
+/// holds a handle on the counters of each type it uses ([`StreamCounters`]) and counts its
+/// requests, responses and ACKs without a lock. (The map of them behind one lock, taken three
+/// times per client and update by every stream on every core, was a point of contention that
+/// grows with the cores.) A scrape reads each counter on its own: two of them may be a count
+/// apart, as with any Prometheus client library.
 #[derive(Debug, Default)]
-struct PerType {
-    streams: i64,
-    requests: u64,
-    responses: u64,
-    response_bytes: u64,
-    acks: u64,
-    nacks: u64,
-    stale: u64,
-    /// Time from a response to its ACK: sum, count, and how many fell in each of
-    /// [`ACK_BUCKETS`] (not cumulative; rendering adds them up).
-    ack_seconds_sum: f64,
-    ack_count: u64,
-    ack_buckets: [u64; ACK_BUCKETS.len()],
+pub(crate) struct PerType {
+    streams: AtomicI64,
+    requests: AtomicU64,
+    responses: AtomicU64,
+    response_bytes: AtomicU64,
+    acks: AtomicU64,
+    nacks: AtomicU64,
+    stale: AtomicU64,
+    /// Time from a response to its ACK: sum (in nanoseconds: an integer adds atomically and
+    /// exactly), count, and how many fell in each of [`ACK_BUCKETS`] (not cumulative; rendering
+    /// adds them up).
+    ack_nanos_sum: AtomicU64,
+    ack_count: AtomicU64,
+    ack_buckets: [AtomicU64; ACK_BUCKETS.len()],
+}
+
+impl PerType {
+    pub(crate) fn opened(&self) {
+        self.streams.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn closed(&self) {
+        self.streams.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn request(&self) {
+        self.requests.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn response(&self, bytes: usize) {
+        self.responses.fetch_add(1, Relaxed);
+        self.response_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
+    pub(crate) fn ack(&self, latency: Option<Duration>) {
+        self.acks.fetch_add(1, Relaxed);
+        if let Some(l) = latency {
+            let nanos = u64::try_from(l.as_nanos()).unwrap_or(u64::MAX);
+            self.ack_nanos_sum.fetch_add(nanos, Relaxed);
+            self.ack_count.fetch_add(1, Relaxed);
+            let seconds = l.as_secs_f64();
+            if let Some(i) = ACK_BUCKETS.iter().position(|&le| seconds <= le) {
+                self.ack_buckets[i].fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn ack_seconds_sum(&self) -> f64 {
+        self.ack_nanos_sum.load(Relaxed) as f64 / 1e9
+    }
+
+    fn ack_buckets(&self) -> [u64; ACK_BUCKETS.len()] {
+        std::array::from_fn(|i| self.ack_buckets[i].load(Relaxed))
+    }
+}
+
+/// A stream's handles on the counters of the types it uses, each looked up once (a stream uses
+/// a few types: a short list, searched in order, as the stream's watches are).
+#[derive(Debug, Default)]
+pub(crate) struct StreamCounters {
+    types: Vec<(TypeUrl, Arc<PerType>)>,
+}
+
+impl StreamCounters {
+    /// The counters of `type_key` on `variant`, found in `metrics` the first time (under the
+    /// label `label` gives: asked only then).
+    pub(crate) fn of(
+        &mut self,
+        metrics: &Metrics,
+        variant: &'static str,
+        type_key: &TypeUrl,
+        label: impl FnOnce() -> &'static str,
+    ) -> &PerType {
+        let at = match self.types.iter().position(|(t, _)| t == type_key) {
+            Some(at) => at,
+            None => {
+                self.types.push((type_key.clone(), metrics.per_type(variant, label())));
+                self.types.len() - 1
+            }
+        };
+        &self.types[at].1
+    }
 }
 
 /// Upper bounds (seconds) of the ACK latency histogram's buckets: a proxy ACKs a small update in
@@ -51,7 +129,7 @@ pub struct Metrics {
     /// Variant -> type label -> counters. Labels are `&'static str` from a bounded set (the
     /// built-in types, the configured custom types, `unknown`): nothing a peer sends becomes a
     /// series (conventions 18).
-    per_type: Mutex<BTreeMap<&'static str, BTreeMap<&'static str, PerType>>>,
+    per_type: Mutex<BTreeMap<&'static str, BTreeMap<&'static str, Arc<PerType>>>>,
     refused: Mutex<BTreeMap<&'static str, u64>>,
     /// Streams that waited for a join permit for `join_max_wait` and went on ungated.
     join_gate_passed: std::sync::atomic::AtomicU64,
@@ -102,51 +180,38 @@ pub(crate) fn group_label(group: Option<&str>) -> &str {
 }
 
 impl Metrics {
-    fn with(&self, variant: &'static str, type_label: &'static str, f: impl FnOnce(&mut PerType)) {
+    /// The counters of `variant` and `type_label`, made on first use. A stream keeps the handle
+    /// ([`StreamCounters`]); other callers count through the methods below, which look it up.
+    fn per_type(&self, variant: &'static str, type_label: &'static str) -> Arc<PerType> {
         let mut map = lock(&self.per_type);
-        f(map.entry(variant).or_default().entry(type_label).or_default());
+        map.entry(variant).or_default().entry(type_label).or_default().clone()
     }
 
+    #[cfg(test)]
     pub(crate) fn stream_opened(&self, variant: &'static str, type_label: &'static str) {
-        self.with(variant, type_label, |m| m.streams += 1);
-    }
-
-    pub(crate) fn stream_closed(&self, variant: &'static str, type_label: &'static str) {
-        self.with(variant, type_label, |m| m.streams -= 1);
+        self.per_type(variant, type_label).opened();
     }
 
     pub(crate) fn request(&self, variant: &'static str, type_label: &'static str) {
-        self.with(variant, type_label, |m| m.requests += 1);
+        self.per_type(variant, type_label).request();
     }
 
     pub(crate) fn response(&self, variant: &'static str, type_label: &'static str, bytes: usize) {
-        self.with(variant, type_label, |m| {
-            m.responses += 1;
-            m.response_bytes += bytes as u64;
-        });
+        self.per_type(variant, type_label).response(bytes);
     }
 
+    #[cfg(test)]
     pub(crate) fn ack(
         &self,
         variant: &'static str,
         type_label: &'static str,
         latency: Option<Duration>,
     ) {
-        self.with(variant, type_label, |m| {
-            m.acks += 1;
-            if let Some(l) = latency {
-                let seconds = l.as_secs_f64();
-                m.ack_seconds_sum += seconds;
-                m.ack_count += 1;
-                if let Some(i) = ACK_BUCKETS.iter().position(|&le| seconds <= le) {
-                    m.ack_buckets[i] += 1;
-                }
-            }
-        });
+        self.per_type(variant, type_label).ack(latency);
     }
 
     pub(crate) fn nack(&self, variant: &'static str, type_label: &'static str) {
-        self.with(variant, type_label, |m| m.nacks += 1);
+        self.per_type(variant, type_label).nacks.fetch_add(1, Relaxed);
     }
 
     /// A NACK from a stream served from `group` (as of the NACK: a regroup moves streams).
@@ -236,7 +301,7 @@ impl Metrics {
     }
 
     pub(crate) fn stale(&self, variant: &'static str, type_label: &'static str) {
-        self.with(variant, type_label, |m| m.stale += 1);
+        self.per_type(variant, type_label).stale.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn refused(&self, reason: &'static str) {
@@ -263,14 +328,14 @@ impl Metrics {
             sum_seconds: 0.0,
         };
         for m in map.values().flat_map(|types| types.values()) {
-            let mut bucketed = 0;
-            for (total, n) in h.counts.iter_mut().zip(m.ack_buckets) {
+            let (count, mut bucketed) = (m.ack_count.load(Relaxed), 0);
+            for (total, n) in h.counts.iter_mut().zip(m.ack_buckets()) {
                 *total += n;
                 bucketed += n;
             }
-            h.counts[ACK_BUCKETS.len()] += m.ack_count.saturating_sub(bucketed);
-            h.count += m.ack_count;
-            h.sum_seconds += m.ack_seconds_sum;
+            h.counts[ACK_BUCKETS.len()] += count.saturating_sub(bucketed);
+            h.count += count;
+            h.sum_seconds += m.ack_seconds_sum();
         }
         h
     }
@@ -284,17 +349,21 @@ impl Metrics {
                 "xds_streams",
                 "gauge",
                 "Streams open, by variant and type (ADS streams count once per type they use).",
-                |m| m.streams as f64,
+                |m| m.streams.load(Relaxed) as f64,
             ),
-            ("xds_requests_total", "counter", "Requests received.", |m| m.requests as f64),
-            ("xds_responses_total", "counter", "Responses sent.", |m| m.responses as f64),
-            ("xds_response_bytes_total", "counter", "Bytes of resource bodies sent.", |m| {
-                m.response_bytes as f64
+            ("xds_requests_total", "counter", "Requests received.", |m| {
+                m.requests.load(Relaxed) as f64
             }),
-            ("xds_acks_total", "counter", "Responses ACKed.", |m| m.acks as f64),
-            ("xds_nacks_total", "counter", "Responses NACKed.", |m| m.nacks as f64),
+            ("xds_responses_total", "counter", "Responses sent.", |m| {
+                m.responses.load(Relaxed) as f64
+            }),
+            ("xds_response_bytes_total", "counter", "Bytes of resource bodies sent.", |m| {
+                m.response_bytes.load(Relaxed) as f64
+            }),
+            ("xds_acks_total", "counter", "Responses ACKed.", |m| m.acks.load(Relaxed) as f64),
+            ("xds_nacks_total", "counter", "Responses NACKed.", |m| m.nacks.load(Relaxed) as f64),
             ("xds_stale_requests_total", "counter", "Requests with a stale nonce.", |m| {
-                m.stale as f64
+                m.stale.load(Relaxed) as f64
             }),
         ];
         for (name, kind, help, get) in series {
@@ -316,20 +385,24 @@ impl Metrics {
             map.iter().flat_map(|(v, types)| types.iter().map(move |(t, m)| (v, t, m)))
         {
             let labels = format!("variant=\"{variant}\",type=\"{}\"", escape(t));
+            // The count first: an ACK counted meanwhile may be in a bucket read after it, and
+            // `+Inf` must not be below the buckets it contains.
+            let count = m.ack_count.load(Relaxed);
             let mut cumulative = 0;
-            for (le, n) in ACK_BUCKETS.iter().zip(m.ack_buckets) {
+            for (le, n) in ACK_BUCKETS.iter().zip(m.ack_buckets()) {
                 cumulative += n;
                 let _ = writeln!(
                     out,
                     "xds_ack_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
                 );
             }
+            let count = count.max(cumulative);
             let _ = writeln!(
                 out,
-                "xds_ack_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
+                "xds_ack_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\
                  xds_ack_latency_seconds_sum{{{labels}}} {}\n\
-                 xds_ack_latency_seconds_count{{{labels}}} {}",
-                m.ack_count, m.ack_seconds_sum, m.ack_count
+                 xds_ack_latency_seconds_count{{{labels}}} {count}",
+                m.ack_seconds_sum(),
             );
         }
         let _ = writeln!(

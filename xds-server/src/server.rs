@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -42,6 +42,14 @@ pub(crate) struct Shared {
     pub(crate) status: Arc<StatusRegistry>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shutdown: CancellationToken,
+    /// Set once `shutdown` is cancelled, before the streams are woken to see it
+    /// ([`watch_shutdown`](Self::watch_shutdown)): what a stream's loop reads, a load where
+    /// polling the token's own future took its lock, every turn of every stream's loop.
+    stopping: AtomicBool,
+    /// Cancelled with `shutdown`, or when this is dropped: ends the task that watches for the
+    /// shutdown, started by the first stream.
+    watch: CancellationToken,
+    watched: AtomicBool,
     pub(crate) next_id: AtomicU64,
     pub(crate) open: AtomicUsize,
     /// The join gate (`ServerConfig::join_permits`); `None` when off.
@@ -54,7 +62,40 @@ pub(crate) struct Shared {
     pub(crate) encodings: crate::codec::RecentEncodings,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.watch.cancel();
+    }
+}
+
 impl Shared {
+    /// Whether the server is shutting down: a stream that sees it ends with `UNAVAILABLE`.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Starts, once, the task that wakes every xDS stream when `shutdown` is cancelled (by
+    /// [`XdsServer::shutdown`], or by an attached LRS or HDS server's, which share the token).
+    /// A stream registers in the status registry before it first reads
+    /// [`is_stopping`](Self::is_stopping), and the flag is set before the registry is walked:
+    /// each stream is woken or sees the flag. The task holds no reference to the server: it ends
+    /// when the server shuts down or is dropped.
+    pub(crate) fn watch_shutdown(self: &Arc<Self>) {
+        if self.watched.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (watch, shared) = (self.watch.clone(), Arc::downgrade(self));
+        tokio::spawn(async move {
+            watch.cancelled().await;
+            if let Some(shared) = shared.upgrade()
+                && shared.shutdown.is_cancelled()
+            {
+                shared.stopping.store(true, Ordering::Release);
+                shared.status.stop_all();
+            }
+        });
+    }
+
     /// The type for a type URL, with the traits of a configured custom type.
     pub(crate) fn type_url(&self, url: &str) -> TypeUrl {
         let parsed = TypeUrl::parse(url);
@@ -352,6 +393,9 @@ impl XdsServerBuilder {
                 custom_labels,
                 status: Arc::default(),
                 metrics: Arc::default(),
+                stopping: AtomicBool::new(false),
+                watch: shutdown.child_token(),
+                watched: AtomicBool::new(false),
                 shutdown,
                 next_id: AtomicU64::new(1),
                 open: AtomicUsize::new(0),

@@ -294,6 +294,9 @@ pub(crate) trait Detail: Send + Sync {
     /// Fills in the details, at most `limit` names, resources and errors per type (all of them
     /// for `None`). Returns, per type URL, how many of each there are in all.
     fn fill(&self, status: &mut StreamStatus, limit: Option<usize>) -> BTreeMap<String, Listed>;
+
+    /// Wakes the stream to see that the server shuts down ([`StatusRegistry::stop_all`]).
+    fn stop(&self);
 }
 
 /// How many subscribed names, held resources and standing errors one type of a stream has, of
@@ -354,6 +357,16 @@ impl StatusRegistry {
     pub(crate) fn attach(&self, stream: u64, detail: Weak<dyn Detail>) {
         if let Some(entry) = lock(&self.streams).get_mut(&stream) {
             entry.detail = Some(detail);
+        }
+    }
+
+    /// Wakes every open xDS stream to see that the server shuts down (it then ends with
+    /// `UNAVAILABLE`). Their own code runs after the registry's lock is released.
+    pub(crate) fn stop_all(&self) {
+        let details: Vec<_> =
+            lock(&self.streams).values().filter_map(|e| e.detail.clone()).collect();
+        for detail in details.iter().filter_map(Weak::upgrade) {
+            detail.stop();
         }
     }
 

@@ -38,13 +38,11 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 use tokio::time::sleep_until;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use futures_util::Stream;
 use tonic::Status;
 
 use crate::codec::decode::Requests;
-use tracing::Instrument;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
@@ -54,6 +52,7 @@ use super::protocol::{CoreStream, Wanted, WireProtocol, fill_status};
 use super::report::{deliver, record};
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
+use crate::metrics::StreamCounters;
 use crate::server::Shared;
 use crate::status::{Detail, EventLog, Listed, StreamEventKind, StreamStatus, lock, now_ms};
 
@@ -71,6 +70,8 @@ pub(crate) type ResponseStream<W> = Pin<Box<dyn Stream<Item = Result<W, Status>>
 struct Shareable<P: WireProtocol> {
     core: Mutex<CoreStream<P>>,
     events: Mutex<EventLog>,
+    /// The stream's cache signal, raised to wake it at shutdown.
+    signal: Arc<Signal>,
 }
 
 impl<P: WireProtocol> Detail for Shareable<P> {
@@ -83,6 +84,10 @@ impl<P: WireProtocol> Detail for Shareable<P> {
             listed.insert(type_url, all);
         }
         listed
+    }
+
+    fn stop(&self) {
+        self.signal.raise();
     }
 }
 
@@ -142,9 +147,8 @@ struct Driver<P: WireProtocol> {
     permit: Option<oneshot::Sender<()>>,
     /// Since when the cache has served the node nothing of a type it asked for, if it has not.
     unserved_since: Option<Instant>,
-    /// The server's shutdown, awaited for the stream's life: made once, its wait is registered
-    /// once, where a wait made at each turn of the loop took the token's lock twice per turn.
-    stopping: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Its handles on the server's counters of its types, counted without a lock.
+    counters: StreamCounters,
 }
 
 /// Opens a stream: admission checks, then the loop as a response stream.
@@ -184,13 +188,15 @@ pub(crate) fn open<P: WireProtocol>(
     };
     // From here on, dropping the driver undoes the admission.
     let status = shared.status.open(info.id, P::LABEL);
+    let signal = Arc::new(Signal::new());
     let driver = Driver::<P> {
         state: Arc::new(Shareable {
             core: Mutex::new(core),
             events: Mutex::new(EventLog::new(shared.config.stream_events)),
+            signal: signal.clone(),
         }),
         watches: Watches::default(),
-        signal: Arc::new(Signal::new()),
+        signal,
         requests: request.into_inner(),
         outbox: VecDeque::new(),
         status,
@@ -198,13 +204,15 @@ pub(crate) fn open<P: WireProtocol>(
         join: Join::new(shared.join_gate.is_some(), shared.config.join_max_wait),
         permit: None,
         unserved_since: None,
-        stopping: Box::pin(shared.shutdown.clone().cancelled_owned()),
+        counters: StreamCounters::default(),
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
         shared,
     };
     let detail: Arc<dyn Detail> = driver.state.clone();
     driver.shared.status.attach(driver.info.id, Arc::downgrade(&detail));
+    // Registered (attached) first, then the watch: a shutdown from here on wakes the stream.
+    driver.shared.watch_shutdown();
     if open > driver.shared.config.limits.max_streams {
         driver.shared.metrics.refused("max_streams");
         return Err(Status::resource_exhausted(format!(
@@ -223,10 +231,34 @@ pub(crate) fn open<P: WireProtocol>(
         node = tracing::field::Empty
     );
     tracing::debug!(parent: &span, "stream opened");
-    Ok(Box::pin(futures_util::stream::unfold((driver, span), |(mut d, span)| async move {
-        let item = d.next().instrument(span.clone()).await?;
-        Some((item, (d, span)))
-    })))
+    // The driver is boxed: `unfold` moves its state into each item's future and back out, and
+    // moving the driver itself (some 700 bytes) took a dozen copies per response.
+    let items = futures_util::stream::unfold(Box::new(driver), |mut d| async move {
+        let item = d.next().await?;
+        Some((item, d))
+    });
+    Ok(Box::pin(InSpan { items: Box::pin(items), span }))
+}
+
+/// A stream polled inside `span`: the span entered for each poll, as `Instrument` does for a
+/// future, without a copy of the span per item (each a reference count the subscriber keeps,
+/// taken and dropped per response).
+struct InSpan<S> {
+    items: Pin<Box<S>>,
+    span: tracing::Span,
+}
+
+impl<S: Stream> Stream for InSpan<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        let this = self.get_mut();
+        let _entered = this.span.enter();
+        this.items.as_mut().poll_next(cx)
+    }
 }
 
 impl<P: WireProtocol> Driver<P> {
@@ -250,6 +282,9 @@ impl<P: WireProtocol> Driver<P> {
             if self.done {
                 return None;
             }
+            if self.shared.is_stopping() {
+                return Some(Err(self.shutting_down()));
+            }
             // Everything owed was taken by the transport (this is polled again).
             if self.join.drained() {
                 self.permit = None;
@@ -262,7 +297,6 @@ impl<P: WireProtocol> Driver<P> {
             // waits (for a join permit) waits below, boxed.
             let gated = tokio::select! {
                 biased;
-                _ = self.stopping.as_mut() => return Some(Err(self.shutting_down())),
                 message = self.requests.message() => match message {
                     Ok(Some(request)) => match self.join.first_request(P::resumes(&request)) {
                         Some(lane) => Some((lane, Box::new(request))),
@@ -282,7 +316,13 @@ impl<P: WireProtocol> Driver<P> {
                         return Some(Err(self.request_error(status)));
                     }
                 },
-                _ = self.signal.raised() => None,
+                // The cache, or the server's shutdown (`Shared::watch_shutdown`).
+                _ = self.signal.raised() => {
+                    if self.shared.is_stopping() {
+                        return Some(Err(self.shutting_down()));
+                    }
+                    None
+                }
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
                 _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
@@ -374,6 +414,12 @@ impl<P: WireProtocol> Driver<P> {
         })
     }
 
+    /// The server's counters of `type_url` on this stream's variant.
+    fn counter(&mut self, type_url: &TypeUrl) -> &crate::metrics::PerType {
+        let shared = &self.shared;
+        self.counters.of(&shared.metrics, P::LABEL, type_url, || shared.label(type_url))
+    }
+
     /// The status a stream ends with when its request stream fails.
     fn request_error(&self, status: Status) -> Status {
         match status.code() {
@@ -430,7 +476,7 @@ impl<P: WireProtocol> Driver<P> {
             self.shared.metrics.refused("callback");
             return Err(status);
         }
-        self.shared.metrics.request(P::LABEL, self.shared.label(&type_url));
+        self.counter(&type_url).request();
         if self.watches.get(&type_url).is_none() {
             self.open_type(&type_url)?;
         }
@@ -522,7 +568,7 @@ impl<P: WireProtocol> Driver<P> {
             .cache
             .watch(WatchRequest { node, type_url, variant: P::VARIANT }, self.signal.clone())
             .map_err(|e| crate::server::cache_status(&e))?;
-        self.shared.metrics.stream_opened(P::LABEL, self.shared.label(type_url));
+        self.counter(type_url).opened();
         self.watches.watches.push((type_url.clone(), watch));
         Ok(())
     }
@@ -615,10 +661,12 @@ impl<P: WireProtocol> Driver<P> {
         let owed: Vec<_> = std::iter::from_fn(|| locked.poll_ready()).collect();
         let events: Vec<_> = std::iter::from_fn(|| locked.poll_event()).collect();
         drop(locked);
-        let cp = self.shared.config.control_plane_id.as_deref();
+        let shared = &self.shared;
+        let cp = shared.config.control_plane_id.as_deref();
         for out in owed {
-            let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp, &self.shared.encodings);
-            self.shared.metrics.response(P::LABEL, self.shared.label(&out.type_key), bytes);
+            let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp, &shared.encodings);
+            let label = || shared.label(&out.type_key);
+            self.counters.of(&shared.metrics, P::LABEL, &out.type_key, label).response(bytes);
             self.outbox.push_back((wire, bytes > 0));
         }
         self.track_unserved(now);
@@ -637,7 +685,8 @@ impl<P: WireProtocol> Driver<P> {
                 _ => {}
             }
         }
-        record(&self.shared, P::LABEL, &self.status, &self.state.events, &events);
+        let log = &self.state.events;
+        record(&self.shared, P::LABEL, &mut self.counters, &self.status, log, &events);
         deliver(&self.shared, &self.info, events);
     }
 }
@@ -650,7 +699,7 @@ impl<P: WireProtocol> Drop for Driver<P> {
             self.shared.metrics.unserved(-1);
         }
         for (t, _) in &self.watches.watches {
-            self.shared.metrics.stream_closed(P::LABEL, self.shared.label(t));
+            self.counters.of(&self.shared.metrics, P::LABEL, t, || self.shared.label(t)).closed();
         }
         self.shared.callbacks.on_stream_closed(&self.info);
         tracing::debug!(stream = self.info.id, "stream closed");

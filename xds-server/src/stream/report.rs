@@ -7,6 +7,7 @@ use xds_core::Event;
 use xds_proto::TypeUrl;
 
 use crate::callbacks::{Nack, StreamInfo};
+use crate::metrics::StreamCounters;
 use crate::server::Shared;
 use crate::status::{
     EventLog, NackStatus, StreamEventKind, StreamStatus, TypeStatus, bounded_owned, event_text,
@@ -36,6 +37,7 @@ fn set_text(slot: &mut Option<String>, text: &str) {
 pub(super) fn record(
     shared: &Shared,
     variant: &'static str,
+    counters: &mut StreamCounters,
     status: &Mutex<StreamStatus>,
     log: &Mutex<EventLog>,
     events: &[Event<TypeUrl>],
@@ -54,7 +56,7 @@ pub(super) fn record(
             }
             Event::Ack { type_key, version, nonce, latency } => {
                 let label = shared.label(type_key);
-                shared.metrics.ack(variant, label, *latency);
+                counters.of(&shared.metrics, variant, type_key, || label).ack(*latency);
                 let ts = type_status(&mut status, type_key);
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
