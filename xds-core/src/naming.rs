@@ -307,6 +307,16 @@ impl Naming {
                 self.reported.remove(name);
             }
         }
+        let wildcard = sub.is_wildcard().then_some(WILDCARD);
+        if self.pending.is_empty()
+            && absent.is_empty()
+            && gone.is_empty()
+            && recheck.is_empty()
+            && wildcard.is_none()
+        {
+            // Nothing owed and nothing to look up: most responses (a changed resource sent).
+            return Vec::new();
+        }
         let mut owed = std::mem::take(&mut self.pending);
         absent.retain(|(name, _)| {
             let error = view
@@ -324,7 +334,6 @@ impl Naming {
             self.reported.insert(name.clone(), error.clone());
             owed.insert(self.spelled(name).to_owned(), error);
         }
-        let wildcard = sub.is_wildcard().then_some(WILDCARD);
         for name in recheck.iter().map(String::as_str).chain(wildcard) {
             if let Some(error) = view.resource_error(name)
                 && self.reported.get(name) != Some(&error)
