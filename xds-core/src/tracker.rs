@@ -1165,6 +1165,37 @@ mod tests {
         assert_eq!(exchange(&mut s, &view, &mut n).0, ["cluster-00002"]);
     }
 
+    /// A joining SotW client's names are not marked one by one for sending (rule S12): it holds
+    /// nothing, and its first comparison sends all it subscribes to. A synced client that adds
+    /// names has them marked.
+    #[test]
+    fn s12_a_joining_sotw_client_marks_no_name_and_a_synced_one_marks_those_it_adds() {
+        use crate::message::{SotwNames, SotwRequest};
+        use crate::substream::SotwSubStream;
+        let eds = TypeTraits { wildcard_capable: false, full_state: false, aliases: false };
+        let view = clusters(100);
+        let mut n = Nonces::default();
+        let names: Vec<String> = (0..100).map(|i| format!("cluster-{i:05}")).collect();
+        let request = |names: &[String], nonce: &str| SotwRequest {
+            resource_names: SotwNames::Listed(names.to_vec()),
+            response_nonce: nonce.to_owned(),
+            ..Default::default()
+        };
+        let mut s = SotwSubStream::<Res>::new(eds);
+        let _ = s.handle_request(request(&names[..90], ""));
+        assert!(s.tracker.forced.is_empty(), "a joiner's names are not marked");
+        let r = s.poll_response(&view, &mut n).expect("the first response");
+        let sent = r.resources.len() + r.shared.as_ref().map_or(0, |set| set.iter().count());
+        assert_eq!(sent, 90, "every subscribed name sent");
+        let _ = s.handle_request(SotwRequest {
+            version_info: r.version_info,
+            ..request(&names, &r.nonce)
+        });
+        assert_eq!(s.tracker.forced.len(), 10, "the ten names added are marked");
+        let r = s.poll_response(&view, &mut n).expect("the added names");
+        assert_eq!(r.resources.len() + r.shared.map_or(0, |set| set.iter().count()), 10);
+    }
+
     #[test]
     fn a_comparison_changes_nothing_until_it_is_committed() {
         let mut view = Shared::default();
