@@ -158,18 +158,55 @@ pub(crate) struct DeltaIncoming {
     pub(crate) set: Option<xds_core::NameSet>,
 }
 
+/// The lists every stream's reader shares ([`SharedLists`]): a delta stream's reader keeps
+/// nothing of its own (a delta ACK lists no names).
+#[derive(Debug)]
+pub(crate) struct Shared(&'static SharedLists);
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared(&SHARED_LISTS)
+    }
+}
+
 impl Incoming for DeltaIncoming {
-    type Memo = ();
+    type Memo = Shared;
 
     /// One pass over the message, as [`SotwIncoming`] reads one, with a hash of each name
     /// instead of one over the list: proxies list the same names in their own order. UTF-8 is
     /// checked when the names are decoded; names recognised as a live set never are (see
     /// [`NameSet`](xds_core::NameSet) for what a collision could do).
-    fn decode(message: Bytes, (): &mut ()) -> Result<Self, Malformed> {
+    ///
+    /// A large list some stream read before (a joining proxy's endpoints, as other proxies of
+    /// its service listed them) is recognised by its bytes ([`SharedLists`]) and not walked; a
+    /// list walked is remembered for the next stream, with one hash more of its bytes.
+    fn decode(message: Bytes, shared: &mut Shared) -> Result<Self, Malformed> {
         let mut fields = Fields::new(&message, DeltaDiscoveryRequest::default());
         let mut subscribe = NamesDigest::default();
-        while let Some((_, name)) = fields.next_name()? {
+        let (mut runs, mut recognised) = (Vec::<Range<usize>>::new(), false);
+        while let Some((field, name)) = fields.next_name()? {
+            if runs.is_empty()
+                && let Some((len, _, Some(any_order))) = shared.0.recognise(&message, field.start)
+            {
+                let run = field.start..field.start + len;
+                fields.skip_to(run.end);
+                (subscribe, recognised) = (any_order, true);
+                runs.push(run);
+                continue;
+            }
+            // A digest in any order is a sum: names after a recognised list add to it.
             subscribe.push(name);
+            match runs.last_mut() {
+                Some(run) if run.end == field.start => run.end = field.end,
+                _ => runs.push(field),
+            }
+        }
+        if let [run] = &runs[..]
+            && !recognised
+            && subscribe.count() >= xds_core::NameSet::MIN_LEN
+        {
+            let bytes = &message[run.clone()];
+            shared.0.remember(bytes, list_digest(subscribe.count(), [bytes]), subscribe);
         }
         let request = fields.request;
         Ok(DeltaIncoming { request, subscribe, message, set: None })
@@ -198,6 +235,13 @@ pub(crate) struct SotwIncoming {
     /// The live set the names were recognised as, when they were not decoded: the core gets
     /// [`SotwNames::Found`](xds_core::SotwNames::Found).
     pub(crate) set: Option<xds_core::NameSet>,
+    /// The names' fields, when they are one run of the message.
+    run: Option<Range<usize>>,
+    /// The digest of the names in any order, when the list was recognised as one another stream
+    /// sent ([`SharedLists`]): [`names_digest`](Self::names_digest) then walks nothing.
+    any_order: Option<NamesDigest>,
+    /// Where a list walked for its digest in any order is remembered for other streams.
+    shared: &'static SharedLists,
 }
 
 impl Incoming for SotwIncoming {
@@ -215,19 +259,25 @@ impl Incoming for SotwIncoming {
         // The runs of consecutive name fields, as offsets into the message: one run, as every
         // encoder writes fields in order, unless the client interleaves them with others.
         let mut runs: Vec<Range<usize>> = Vec::new();
-        let mut recognised = None;
+        let (mut recognised, mut any_order) = (None, None);
         while let Some((field, _)) = fields.next_name()? {
-            if runs.is_empty()
-                && let Some((len, digest)) = known.recognise(&message, field.start)
-            {
-                let run = field.start..field.start + len;
-                fields.skip_to(run.end);
-                (count, recognised) = (digest.count(), Some(digest));
-                runs.push(run);
-                continue;
+            if runs.is_empty() {
+                // The stream's own lists first (an ACK repeating its list), then those of
+                // other streams (a joining proxy's first list, the same as another's).
+                let found = match known.recognise(&message, field.start) {
+                    Some((len, digest)) => Some((len, digest, None)),
+                    None => known.shared.recognise(&message, field.start),
+                };
+                if let Some((len, digest, names)) = found {
+                    let run = field.start..field.start + len;
+                    fields.skip_to(run.end);
+                    (count, recognised, any_order) = (digest.count(), Some(digest), names);
+                    runs.push(run);
+                    continue;
+                }
             }
             // A name after a recognised list makes another list: its digest is made anew.
-            recognised = None;
+            (recognised, any_order) = (None, None);
             count += 1;
             match runs.last_mut() {
                 Some(run) if run.end == field.start => run.end = field.end,
@@ -239,10 +289,24 @@ impl Incoming for SotwIncoming {
             ([_], Some(digest)) => digest,
             _ => list_digest(count, runs.iter().map(|run| &message[run.clone()])),
         };
-        if let [run] = &runs[..] {
+        let run = match &runs[..] {
+            [run] => Some(run.clone()),
+            _ => None,
+        };
+        if let Some(run) = &run {
             known.remember(&message[run.clone()], digest);
         }
-        Ok(SotwIncoming { request, digest, message, repeated: false, set: None })
+        let shared = known.shared;
+        Ok(SotwIncoming {
+            request,
+            digest,
+            message,
+            repeated: false,
+            set: None,
+            run,
+            any_order,
+            shared,
+        })
     }
 }
 
@@ -275,15 +339,28 @@ fn list_digest<'a>(count: usize, runs: impl IntoIterator<Item = &'a [u8]>) -> Na
 /// before. Bytes that hash like the remembered list are taken as that list: under the process's
 /// secret [`LIST_KEY`], a client cannot craft bytes that do (and should a 2^-64 chance pass other
 /// bytes for the list, the names are counted again whenever they are decoded).
-#[derive(Debug, Default)]
-pub(crate) struct KnownLists(
-    Vec<KnownList>,
+#[derive(Debug)]
+pub(crate) struct KnownLists {
+    lists: Vec<KnownList>,
+    /// The lists of every stream, for a list this stream has not sent before.
+    shared: &'static SharedLists,
     /// How many lists were recognised, for tests.
     #[cfg(test)]
-    usize,
-);
+    recognised: usize,
+}
 
-#[derive(Debug)]
+impl Default for KnownLists {
+    fn default() -> Self {
+        KnownLists {
+            lists: Vec::new(),
+            shared: &SHARED_LISTS,
+            #[cfg(test)]
+            recognised: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
 struct KnownList {
     /// The list's fields, as bytes.
     len: usize,
@@ -297,24 +374,16 @@ impl KnownLists {
     /// At most one candidate is hashed, so a request costs at most one hash more than its
     /// names' own.
     fn recognise(&mut self, message: &[u8], start: usize) -> Option<(usize, NamesDigest)> {
-        let at = self.0.iter().position(|list| {
-            let end = start + list.len;
-            message.get(start..end).is_some_and(|bytes| bytes.starts_with(&list.head))
-                // A name field right after: the list is longer than the one remembered, and
-                // hashing its first part would be for nothing (the walk reads it whole anyway).
-                && message.get(end) != Some(&NAME_KEY)
-        })?;
+        let at = self.lists.iter().position(|list| list.may_be_at(message, start))?;
         // Most recently seen first.
-        self.0[..=at].rotate_right(1);
-        let list = &self.0[0];
-        let bytes = &message[start..start + list.len];
-        let found = list_digest(list.digest.count(), [bytes]) == list.digest;
-        let known = (list.len, list.digest);
+        self.lists[..=at].rotate_right(1);
+        let list = self.lists[0];
+        let found = list.is_at(message, start);
         #[cfg(test)]
         {
-            self.1 += usize::from(found);
+            self.recognised += usize::from(found);
         }
-        found.then_some(known)
+        found.then_some((list.len, list.digest))
     }
 
     /// Remembers a list read in one run: `bytes` are its fields.
@@ -323,12 +392,86 @@ impl KnownLists {
         else {
             return;
         };
-        if self.0.first().is_some_and(|list| list.len == bytes.len() && list.digest == digest) {
+        if self.lists.first().is_some_and(|list| list.len == bytes.len() && list.digest == digest) {
             return;
         }
-        self.0.retain(|list| list.digest != digest);
-        self.0.insert(0, KnownList { len: bytes.len(), head: *head, digest });
-        self.0.truncate(KNOWN_LISTS);
+        self.lists.retain(|list| list.digest != digest);
+        self.lists.insert(0, KnownList { len: bytes.len(), head: *head, digest });
+        self.lists.truncate(KNOWN_LISTS);
+    }
+}
+
+impl KnownList {
+    /// Whether `message` may hold this list at `start`: as long a message, the same first
+    /// bytes, and no name field right after (the list would be longer than this one, and
+    /// hashing its first part would be for nothing: the walk reads it whole anyway).
+    fn may_be_at(&self, message: &[u8], start: usize) -> bool {
+        let end = start + self.len;
+        message.get(start..end).is_some_and(|bytes| bytes.starts_with(&self.head))
+            && message.get(end) != Some(&NAME_KEY)
+    }
+
+    /// Whether `message` holds this list at `start`: its bytes hash to the list's digest. One
+    /// hash of the list's length.
+    fn is_at(&self, message: &[u8], start: usize) -> bool {
+        let bytes = &message[start..start + self.len];
+        list_digest(self.digest.count(), [bytes]) == self.digest
+    }
+}
+
+/// How many lists every stream's readers share: a few large ones at a time (the endpoints of
+/// the services that proxies subscribe to, one list per group of alike proxies).
+const SHARED_LISTS_MAX: usize = 8;
+
+/// The server's lists, for [`KnownLists`] made without a set of their own.
+static SHARED_LISTS: SharedLists = SharedLists::new();
+
+/// Large SotW lists some stream read lately, with the digest of their names in any order
+/// ([`NamesDigest::push`], what [`NameSet::find`](xds_core::NameSet::find) looks sets up by).
+///
+/// A joining proxy's first list of endpoints is most often the very list other proxies sent:
+/// the proxies of one service ask for the same clusters, in the same order when they are the
+/// same client. Its names were walked twice (to find where the list ends, then to digest them
+/// in any order), some 200 instructions per name, most of a SotW join's CPU. A list another
+/// stream sent is recognised instead as a stream recognises its own ([`KnownLists`]): by its
+/// length and first bytes, then one hash of its bytes under the process's key, the same as the
+/// list's own digest. A client cannot craft bytes that pass for another's list without the key.
+/// At most [`SHARED_LISTS_MAX`] lists, each some 80 bytes (no names are kept): the most recent.
+#[derive(Debug)]
+pub(crate) struct SharedLists {
+    lists: std::sync::Mutex<Vec<(KnownList, NamesDigest)>>,
+}
+
+impl SharedLists {
+    pub(crate) const fn new() -> Self {
+        SharedLists { lists: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// The length, digest and digest in any order of a list some stream read, if `message` holds
+    /// it at `start`. At most one candidate is hashed, with the lock released.
+    fn recognise(
+        &self,
+        message: &[u8],
+        start: usize,
+    ) -> Option<(usize, NamesDigest, Option<NamesDigest>)> {
+        let (list, any_order) = {
+            let lists = crate::status::lock(&self.lists);
+            *lists.iter().find(|(list, _)| list.may_be_at(message, start))?
+        };
+        list.is_at(message, start).then_some((list.len, list.digest, Some(any_order)))
+    }
+
+    /// Remembers a list read in one run (`bytes`, its fields), by its digest and its digest in
+    /// any order.
+    fn remember(&self, bytes: &[u8], digest: NamesDigest, any_order: NamesDigest) {
+        let Some(head) = bytes.first_chunk::<16>().filter(|_| bytes.len() >= KNOWN_LIST_MIN_BYTES)
+        else {
+            return;
+        };
+        let mut lists = crate::status::lock(&self.lists);
+        lists.retain(|(list, _)| list.digest != digest);
+        lists.insert(0, (KnownList { len: bytes.len(), head: *head, digest }, any_order));
+        lists.truncate(SHARED_LISTS_MAX);
     }
 }
 
@@ -346,12 +489,18 @@ impl SotwIncoming {
     /// a list that does not repeat the sub-stream's last one (a joining proxy's first), to find
     /// it among the sets live subscriptions hold.
     pub(crate) fn names_digest(&self) -> Result<NamesDigest, Malformed> {
+        if let Some(any_order) = self.any_order {
+            return Ok(any_order);
+        }
         let mut digest = NamesDigest::default();
         each_name(&self.message, |name| {
             digest.push(name);
             Ok(())
         })?;
         counted(digest.count(), self.digest)?;
+        if let Some(run) = &self.run {
+            self.shared.remember(&self.message[run.clone()], self.digest, digest);
+        }
         Ok(digest)
     }
 }
@@ -533,8 +682,10 @@ mod tests {
             response_nonce: "7".into(),
             ..Default::default()
         };
-        let read =
-            <DeltaIncoming as Incoming>::decode(Bytes::from(request.encode_to_vec()), &mut ());
+        let read = <DeltaIncoming as Incoming>::decode(
+            Bytes::from(request.encode_to_vec()),
+            &mut Shared::default(),
+        );
         let read = read.expect("decodes");
         assert!(read.request.resource_names_subscribe.is_empty(), "names left in the bytes");
         let mut reversed = listed.clone();
@@ -671,7 +822,7 @@ mod tests {
         let mut digests = Vec::new();
         let mut recognised = Vec::new();
         for (i, bytes) in sequence.into_iter().enumerate() {
-            let hits = known.1;
+            let hits = known.recognised;
             let expected = <DiscoveryRequest as Message>::decode(&bytes[..]).unwrap_or_default();
             let bytes = Bytes::from(bytes);
             let fresh =
@@ -684,7 +835,7 @@ mod tests {
             assert_eq!(names, expected.resource_names, "request {i}");
             assert_eq!(DiscoveryRequest { resource_names: names, ..read.request }, expected);
             digests.push(read.digest);
-            recognised.push(known.1 > hits);
+            recognised.push(known.recognised > hits);
         }
         // Recognised without a walk: the list repeated (also before a second run, or with a name
         // more right after it, or at the end of the message). Not: the first of each list, a
@@ -705,9 +856,9 @@ mod tests {
         assert_eq!(digests[12].count(), 1_001);
         // Both large lists are remembered (and the longer, the shorter and the changed ones,
         // within the bound), most recent first.
-        assert_eq!(known.0.len(), KNOWN_LISTS);
-        assert_eq!(known.0[0].digest, digests[13]);
-        assert!(known.0.iter().any(|list| list.digest == digests[9]));
+        assert_eq!(known.lists.len(), KNOWN_LISTS);
+        assert_eq!(known.lists[0].digest, digests[13]);
+        assert!(known.lists.iter().any(|list| list.digest == digests[9]));
     }
 
     /// Names taken for a remembered list that turn out not to be that many when decoded (what a
@@ -724,6 +875,112 @@ mod tests {
         let miscounted = SotwIncoming { digest: list_digest(3, [&bytes[..]]), ..read };
         assert!(matches!(miscounted.names(), Err(Malformed::Names(_))));
         assert!(matches!(miscounted.names_digest(), Err(Malformed::Names(_))));
+    }
+
+    /// A large list one stream read and digested in any order is recognised on another
+    /// stream by its bytes, with that digest, and its names are not walked; a list of the same
+    /// length and first bytes that differs, or that more names follow, is walked.
+    #[test]
+    fn a_list_another_stream_read_is_recognised_with_its_digest_in_any_order() {
+        let shared: &'static SharedLists = Box::leak(Box::new(SharedLists::new()));
+        let reader = || KnownLists { lists: Vec::new(), shared, recognised: 0 };
+        let eds: Vec<String> = (0..1_000).map(|i| format!("cluster-{i:05}")).collect();
+        let request = |names: &[String], nonce: &str| DiscoveryRequest {
+            type_url: "t".into(),
+            resource_names: names.to_vec(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+        let decode = |r: &DiscoveryRequest| {
+            <SotwIncoming as Incoming>::decode(Bytes::from(r.encode_to_vec()), &mut reader())
+                .expect("decodes")
+        };
+        let first = decode(&request(&eds, ""));
+        assert!(first.any_order.is_none(), "nobody read it before");
+        let in_any_order = first.names_digest().expect("digested");
+        assert_eq!(in_any_order, NamesDigest::of(&eds));
+
+        // Another stream, other fields around the same list.
+        let second = decode(&request(&eds, "n1"));
+        assert_eq!(second.any_order, Some(in_any_order), "recognised");
+        assert_eq!(second.digest, first.digest);
+        assert_eq!(second.names_digest().ok(), Some(in_any_order));
+        assert_eq!(second.names().ok(), Some(eds.clone()), "the names are the list's");
+
+        // The last name changed (same length, same first bytes): not this list.
+        let mut changed = eds.clone();
+        changed[999] = "cluster-99999".into();
+        let third = decode(&request(&changed, ""));
+        assert!(third.any_order.is_none());
+        assert_eq!(third.names_digest().ok(), Some(NamesDigest::of(&changed)));
+        // The list and a name more after it (two runs: the list is not all the names).
+        let mut bytes = request(&eds, "").encode_to_vec();
+        bytes.extend(
+            DiscoveryRequest { resource_names: vec!["x".into()], ..Default::default() }
+                .encode_to_vec(),
+        );
+        let more =
+            <SotwIncoming as Incoming>::decode(Bytes::from(bytes), &mut reader()).expect("decodes");
+        assert!(more.any_order.is_none());
+        assert_eq!(more.digest.count(), 1_001);
+        let mut all = eds.clone();
+        all.push("x".into());
+        assert_eq!(more.names_digest().ok(), Some(NamesDigest::of(&all)));
+    }
+
+    /// A delta proxy's first list that another stream read (delta or SotW: the same field, the
+    /// same bytes) is recognised, with the digest of its names in any order; names in another
+    /// run after it add to that digest.
+    #[test]
+    fn a_delta_list_another_stream_read_is_recognised_and_further_names_add_to_it() {
+        let shared: &'static SharedLists = Box::leak(Box::new(SharedLists::new()));
+        let eds: Vec<String> = (0..1_000).map(|i| format!("cluster-{i:05}")).collect();
+        let delta = |names: &[String], nonce: &str| DeltaDiscoveryRequest {
+            type_url: "t".into(),
+            resource_names_subscribe: names.to_vec(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+        let decode = |bytes: Vec<u8>| {
+            <DeltaIncoming as Incoming>::decode(Bytes::from(bytes), &mut Shared(shared))
+                .expect("decodes")
+        };
+        let remembered = |digest: NamesDigest| {
+            crate::status::lock(&shared.lists).iter().any(|(_, any)| *any == digest)
+        };
+        let first = decode(delta(&eds, "").encode_to_vec());
+        assert_eq!(first.subscribe, NamesDigest::of(&eds));
+        assert!(remembered(first.subscribe), "walked, and remembered for the next stream");
+        let again = decode(delta(&eds, "n").encode_to_vec());
+        assert_eq!(again.subscribe, first.subscribe);
+        assert_eq!(again.names().ok(), Some(eds.clone()));
+        // Taken from the memo, not walked: a digest planted there is what the reader reports.
+        let planted = NamesDigest::of(["planted"]);
+        crate::status::lock(&shared.lists)[0].1 = planted;
+        assert_eq!(decode(delta(&eds, "p").encode_to_vec()).subscribe, planted);
+        crate::status::lock(&shared.lists)[0].1 = first.subscribe;
+
+        // The list, then a name in a run of its own: the digest of all 1,001.
+        let mut bytes = delta(&eds, "").encode_to_vec();
+        bytes.extend(delta(&["x".to_owned()], "").encode_to_vec());
+        let more = decode(bytes);
+        let mut all = eds.clone();
+        all.push("x".into());
+        assert_eq!(more.subscribe, NamesDigest::of(&all));
+        assert_eq!(more.names().ok(), Some(all));
+        assert!(!remembered(more.subscribe), "two runs: not a list to remember");
+
+        // A list read by a SotW stream and digested is recognised on a delta stream.
+        let sotw_names: Vec<String> = (0..1_000).map(|i| format!("route-{i:05}")).collect();
+        let sotw = DiscoveryRequest { resource_names: sotw_names.clone(), ..Default::default() };
+        let mut reader = KnownLists { lists: Vec::new(), shared, recognised: 0 };
+        let read =
+            <SotwIncoming as Incoming>::decode(Bytes::from(sotw.encode_to_vec()), &mut reader)
+                .expect("decodes");
+        let any_order = read.names_digest().expect("digested");
+        assert!(remembered(any_order));
+        let joined = decode(delta(&sotw_names, "").encode_to_vec());
+        assert_eq!(joined.subscribe, any_order);
     }
 
     #[test]
