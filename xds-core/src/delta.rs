@@ -17,7 +17,7 @@ impl Protocol for Delta {
             // An ACK or NACK and nothing else (every request of a synced proxy, one per update):
             // no name to admit, subscribe, force or forget, which the steps below would each
             // find in turn. A first request is never this: its empty list subscribes to the
-            // wildcard (rule D4).
+            // wildcard (rule D8).
             let error = request.error_detail.as_ref();
             let kind = sub.flow.classify(&request.response_nonce, error, "");
             return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };

@@ -927,6 +927,9 @@ impl<R: Resource> Tracker<R> {
                         *aliased = true;
                         send.push((resource, vec![name.to_owned()]));
                     } else {
+                        // A view that answers a name with a resource of another name (it
+                        // should not): sorted and merged as if found by an alias.
+                        *aliased |= resource.name() != name;
                         send.push((resource, Vec::new()));
                     }
                 } else if declared {

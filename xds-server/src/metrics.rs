@@ -28,10 +28,11 @@ pub(crate) struct PerType {
     acks: AtomicU64,
     nacks: AtomicU64,
     stale: AtomicU64,
-    /// Time from a response to its ACK: sum (in nanoseconds: an integer adds atomically and
-    /// exactly), count, and how many fell in each of [`ACK_BUCKETS`] (not cumulative; rendering
-    /// adds them up).
-    ack_nanos_sum: AtomicU64,
+    /// Time from a response to its ACK: sum (in microseconds: an integer adds atomically and
+    /// exactly, and 2^64 µs is 584,000 years of latency summed, where nanoseconds would wrap
+    /// after some 10^10 seconds, weeks of a busy server), count, and how many fell in each of
+    /// [`ACK_BUCKETS`] (not cumulative; rendering adds them up).
+    ack_micros_sum: AtomicU64,
     ack_count: AtomicU64,
     ack_buckets: [AtomicU64; ACK_BUCKETS.len()],
 }
@@ -57,8 +58,8 @@ impl PerType {
     pub(crate) fn ack(&self, latency: Option<Duration>) {
         self.acks.fetch_add(1, Relaxed);
         if let Some(l) = latency {
-            let nanos = u64::try_from(l.as_nanos()).unwrap_or(u64::MAX);
-            self.ack_nanos_sum.fetch_add(nanos, Relaxed);
+            let micros = u64::try_from(l.as_micros()).unwrap_or(u64::MAX);
+            self.ack_micros_sum.fetch_add(micros, Relaxed);
             self.ack_count.fetch_add(1, Relaxed);
             let seconds = l.as_secs_f64();
             if let Some(i) = ACK_BUCKETS.iter().position(|&le| seconds <= le) {
@@ -68,7 +69,7 @@ impl PerType {
     }
 
     fn ack_seconds_sum(&self) -> f64 {
-        self.ack_nanos_sum.load(Relaxed) as f64 / 1e9
+        self.ack_micros_sum.load(Relaxed) as f64 / 1e6
     }
 
     fn ack_buckets(&self) -> [u64; ACK_BUCKETS.len()] {
@@ -328,12 +329,14 @@ impl Metrics {
             sum_seconds: 0.0,
         };
         for m in map.values().flat_map(|types| types.values()) {
+            // The count first, and never below the buckets read after it (as `render` does).
             let (count, mut bucketed) = (m.ack_count.load(Relaxed), 0);
             for (total, n) in h.counts.iter_mut().zip(m.ack_buckets()) {
                 *total += n;
                 bucketed += n;
             }
-            h.counts[ACK_BUCKETS.len()] += count.saturating_sub(bucketed);
+            let count = count.max(bucketed);
+            h.counts[ACK_BUCKETS.len()] += count - bucketed;
             h.count += count;
             h.sum_seconds += m.ack_seconds_sum();
         }

@@ -62,6 +62,21 @@ pub(crate) struct Shared {
     pub(crate) encodings: crate::codec::RecentEncodings,
 }
 
+/// Held by the task of [`Shared::watch_shutdown`]: should the task be dropped before the
+/// server shuts down (its runtime shut down, the server serving on in another), the next stream
+/// starts another.
+struct Rewatch(std::sync::Weak<Shared>);
+
+impl Drop for Rewatch {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade()
+            && !shared.is_stopping()
+        {
+            shared.watched.store(false, Ordering::Release);
+        }
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         self.watch.cancel();
@@ -84,10 +99,10 @@ impl Shared {
         if self.watched.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (watch, shared) = (self.watch.clone(), Arc::downgrade(self));
+        let (watch, rewatch) = (self.watch.clone(), Rewatch(Arc::downgrade(self)));
         tokio::spawn(async move {
             watch.cancelled().await;
-            if let Some(shared) = shared.upgrade()
+            if let Some(shared) = rewatch.0.upgrade()
                 && shared.shutdown.is_cancelled()
             {
                 shared.stopping.store(true, Ordering::Release);
