@@ -33,6 +33,10 @@ pub(crate) fn hash(bytes: &[u8]) -> u128 {
 fn hash_keyed(key: u64, bytes: &[u8]) -> u128 {
     let len = bytes.len() as u64;
     let mut h = K[0] ^ key ^ len;
+    // The second factor of each block's multiply carries a word of the key: with a constant
+    // there, a block whose second word equals it made the product zero whatever came before,
+    // the key included, and a peer could craft lists that collide under any key.
+    let k2 = K[2] ^ fold(key ^ K[3], key.rotate_left(29) ^ K[1]);
     let mut rest = bytes;
     if bytes.len() >= 64 {
         let mut lanes = [h, h ^ K[1], h ^ K[2], h ^ K[3]];
@@ -40,26 +44,31 @@ fn hash_keyed(key: u64, bytes: &[u8]) -> u128 {
         for chunk in &mut chunks {
             for (lane, block) in lanes.iter_mut().zip(chunk.chunks_exact(16)) {
                 let (a, b) = block.split_at(8);
-                *lane = fold(word(a) ^ K[1] ^ *lane, word(b) ^ K[2]);
+                *lane = fold(word(a) ^ K[1] ^ *lane, word(b) ^ k2);
             }
         }
-        h = fold(lanes[0] ^ K[1], lanes[1] ^ K[2]) ^ fold(lanes[2] ^ K[3], lanes[3] ^ K[0]);
+        h = fold(lanes[0] ^ K[1], lanes[1] ^ k2) ^ fold(lanes[2] ^ K[3], lanes[3] ^ K[0]);
         rest = chunks.remainder();
     }
-    finish(blocks(h, rest), len)
+    finish(blocks_with(h, rest, k2), len)
 }
 
 /// Folds each 16-byte block of `bytes` (the last one padded with zeros) into the state `h`.
-fn blocks(mut h: u64, bytes: &[u8]) -> u64 {
+fn blocks(h: u64, bytes: &[u8]) -> u64 {
+    blocks_with(h, bytes, K[2])
+}
+
+/// [`blocks`] with `k2` in each block's second factor (a word of the key, for [`hash_keyed`]).
+fn blocks_with(mut h: u64, bytes: &[u8], k2: u64) -> u64 {
     let mut blocks = bytes.chunks_exact(16);
     for block in &mut blocks {
         let (a, b) = block.split_at(8);
-        h = fold(word(a) ^ K[1] ^ h, word(b) ^ K[2]);
+        h = fold(word(a) ^ K[1] ^ h, word(b) ^ k2);
     }
     let rest = blocks.remainder();
     if !rest.is_empty() {
         let (a, b) = rest.split_at(rest.len().min(8));
-        h = fold(word(a) ^ K[1] ^ h, word(b) ^ K[2]);
+        h = fold(word(a) ^ K[1] ^ h, word(b) ^ k2);
     }
     h
 }
@@ -285,6 +294,25 @@ mod tests {
             assert!(seen.insert(hash(&swapped)), "blocks {a} and {b}");
         }
         assert!(seen.insert(hash(&long[..64])) && seen.insert(hash(&long[..63])));
+    }
+
+    /// A block whose second word is the constant the unkeyed hash multiplies by does not wipe
+    /// what came before it, the key included: lists that differ before it hash differently.
+    #[test]
+    fn a_keyed_hash_keeps_what_came_before_a_block_a_peer_chose() {
+        let zeroing = K[2].to_le_bytes();
+        // A 16-byte tail: the first words differ, the second is the constant.
+        let (mut x, mut y) = (vec![1u8; 16], vec![2u8; 16]);
+        x[8..].copy_from_slice(&zeroing);
+        y[8..].copy_from_slice(&zeroing);
+        assert_ne!(hash_keyed(7, &x), hash_keyed(7, &y));
+        // In the lanes: block 4 (lane 0 again) ends with the constant; block 0 differs.
+        let mut long = vec![3u8; 128];
+        long[64 + 8..64 + 16].copy_from_slice(&zeroing);
+        let mut other = long.clone();
+        other[0] ^= 1;
+        assert_ne!(hash_keyed(7, &long), hash_keyed(7, &other));
+        assert_ne!(hash_keyed(7, &long), hash_keyed(8, &long), "the key still counts");
     }
 
     /// The plain hash names a SotW answer's interim states (`sotw::interim_version`): replicas

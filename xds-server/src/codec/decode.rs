@@ -156,6 +156,10 @@ pub(crate) struct DeltaIncoming {
     message: Bytes,
     /// The live set the names were recognised as, when they were not decoded.
     pub(crate) set: Option<xds_core::NameSet>,
+    /// The names' fields, when they are one run that was walked (not recognised).
+    run: Option<Range<usize>>,
+    /// Where [`remember_list`](Self::remember_list) keeps the list for other streams.
+    shared: &'static SharedLists,
 }
 
 /// The lists every stream's reader shares ([`SharedLists`]): a delta stream's reader keeps
@@ -201,22 +205,36 @@ impl Incoming for DeltaIncoming {
                 _ => runs.push(field),
             }
         }
-        if let [run] = &runs[..]
-            && !recognised
-            && subscribe.count() >= xds_core::NameSet::MIN_LEN
-        {
-            let bytes = &message[run.clone()];
-            shared.0.remember(bytes, list_digest(subscribe.count(), [bytes]), subscribe);
-        }
+        // Remembered for other streams once the request is admitted (`remember_list`).
+        let run = match &runs[..] {
+            [run] if !recognised => Some(run.clone()),
+            _ => None,
+        };
         let request = fields.request;
-        Ok(DeltaIncoming { request, subscribe, message, set: None })
+        Ok(DeltaIncoming { request, subscribe, message, set: None, run, shared: shared.0 })
     }
 }
 
 impl DeltaIncoming {
-    /// The subscribed names, decoded from the message.
+    /// The subscribed names, decoded from the message: as many as the digest counted (which
+    /// may come from a list recognised by its bytes), or the request is refused.
     pub(crate) fn names(&self) -> Result<Vec<String>, Malformed> {
-        decode_names(&self.message, self.subscribe.count())
+        let names = decode_names(&self.message, self.subscribe.count())?;
+        counted(names.len(), self.subscribe)?;
+        Ok(names)
+    }
+
+    /// Keeps a large list this request walked for the next stream that sends it
+    /// ([`SharedLists`]): called once the request is admitted, so that a refused one costs no
+    /// hash and displaces no list.
+    pub(crate) fn remember_list(&self) {
+        let Some(run) = &self.run else { return };
+        let bytes = &self.message[run.clone()];
+        if self.subscribe.count() >= xds_core::NameSet::MIN_LEN
+            && bytes.len() >= KNOWN_LIST_MIN_BYTES
+        {
+            self.shared.remember(bytes, list_digest(self.subscribe.count(), [bytes]), self.subscribe);
+        }
     }
 }
 
@@ -371,8 +389,8 @@ struct KnownList {
 
 impl KnownLists {
     /// The length and digest of the remembered list that `message` holds at `start`, if any.
-    /// At most one candidate is hashed, so a request costs at most one hash more than its
-    /// names' own.
+    /// At most one candidate is hashed here and one in [`SharedLists`], so a request costs at
+    /// most two hashes more than its names' own.
     fn recognise(&mut self, message: &[u8], start: usize) -> Option<(usize, NamesDigest)> {
         let at = self.lists.iter().position(|list| list.may_be_at(message, start))?;
         // Most recently seen first.
@@ -454,9 +472,17 @@ impl SharedLists {
         message: &[u8],
         start: usize,
     ) -> Option<(usize, NamesDigest, Option<NamesDigest>)> {
+        if message.len().saturating_sub(start) < KNOWN_LIST_MIN_BYTES {
+            // Shorter than any list kept: no lock taken (a small list's every ACK comes here).
+            return None;
+        }
         let (list, any_order) = {
-            let lists = crate::status::lock(&self.lists);
-            *lists.iter().find(|(list, _)| list.may_be_at(message, start))?
+            let mut lists = crate::status::lock(&self.lists);
+            let at = lists.iter().position(|(list, _)| list.may_be_at(message, start))?;
+            // Most recently seen first: a list joiners keep sending is not pushed out by
+            // lists walked once.
+            lists[..=at].rotate_right(1);
+            lists[0]
         };
         list.is_at(message, start).then_some((list.len, list.digest, Some(any_order)))
     }
@@ -950,6 +976,8 @@ mod tests {
         };
         let first = decode(delta(&eds, "").encode_to_vec());
         assert_eq!(first.subscribe, NamesDigest::of(&eds));
+        assert!(!remembered(first.subscribe), "not before the request is admitted");
+        first.remember_list();
         assert!(remembered(first.subscribe), "walked, and remembered for the next stream");
         let again = decode(delta(&eds, "n").encode_to_vec());
         assert_eq!(again.subscribe, first.subscribe);
@@ -968,6 +996,7 @@ mod tests {
         all.push("x".into());
         assert_eq!(more.subscribe, NamesDigest::of(&all));
         assert_eq!(more.names().ok(), Some(all));
+        more.remember_list();
         assert!(!remembered(more.subscribe), "two runs: not a list to remember");
 
         // A list read by a SotW stream and digested is recognised on a delta stream.

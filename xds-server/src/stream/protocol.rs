@@ -183,6 +183,8 @@ impl WireProtocol for Delta {
         // as that set, unless the callbacks look at requests: they see every name.
         if !wanted.every {
             request.set = NameSet::find(&request.subscribe);
+            // The next proxy that sends this list is not walked (`SharedLists`).
+            request.remember_list();
         }
         if request.set.is_none() {
             request.request.resource_names_subscribe = request.names()?;
