@@ -233,7 +233,11 @@ impl DeltaIncoming {
         if self.subscribe.count() >= xds_core::NameSet::MIN_LEN
             && bytes.len() >= KNOWN_LIST_MIN_BYTES
         {
-            self.shared.remember(bytes, list_digest(self.subscribe.count(), [bytes]), self.subscribe);
+            self.shared.remember(
+                bytes,
+                list_digest(self.subscribe.count(), [bytes]),
+                self.subscribe,
+            );
         }
     }
 }
