@@ -72,8 +72,14 @@ impl PerType {
         self.ack_micros_sum.load(Relaxed) as f64 / 1e6
     }
 
-    fn ack_buckets(&self) -> [u64; ACK_BUCKETS.len()] {
-        std::array::from_fn(|i| self.ack_buckets[i].load(Relaxed))
+    /// The ACKs per bucket of [`ACK_BUCKETS`] (not cumulative) and how many were measured,
+    /// read so that the count is never below the buckets: it is read first (an ACK counted
+    /// meanwhile may be in a bucket read after it) and raised to their sum.
+    fn ack_buckets(&self) -> ([u64; ACK_BUCKETS.len()], u64) {
+        let count = self.ack_count.load(Relaxed);
+        let buckets: [u64; ACK_BUCKETS.len()] =
+            std::array::from_fn(|i| self.ack_buckets[i].load(Relaxed));
+        (buckets, count.max(buckets.iter().sum()))
     }
 }
 
@@ -329,13 +335,11 @@ impl Metrics {
             sum_seconds: 0.0,
         };
         for m in map.values().flat_map(|types| types.values()) {
-            // The count first, and never below the buckets read after it (as `render` does).
-            let (count, mut bucketed) = (m.ack_count.load(Relaxed), 0);
-            for (total, n) in h.counts.iter_mut().zip(m.ack_buckets()) {
+            let ((buckets, count), mut bucketed) = (m.ack_buckets(), 0);
+            for (total, n) in h.counts.iter_mut().zip(buckets) {
                 *total += n;
                 bucketed += n;
             }
-            let count = count.max(bucketed);
             h.counts[ACK_BUCKETS.len()] += count - bucketed;
             h.count += count;
             h.sum_seconds += m.ack_seconds_sum();
@@ -388,18 +392,16 @@ impl Metrics {
             map.iter().flat_map(|(v, types)| types.iter().map(move |(t, m)| (v, t, m)))
         {
             let labels = format!("variant=\"{variant}\",type=\"{}\"", escape(t));
-            // The count first: an ACK counted meanwhile may be in a bucket read after it, and
-            // `+Inf` must not be below the buckets it contains.
-            let count = m.ack_count.load(Relaxed);
+            // `+Inf` is the count: never below the buckets it contains.
+            let (buckets, count) = m.ack_buckets();
             let mut cumulative = 0;
-            for (le, n) in ACK_BUCKETS.iter().zip(m.ack_buckets()) {
+            for (le, n) in ACK_BUCKETS.iter().zip(buckets) {
                 cumulative += n;
                 let _ = writeln!(
                     out,
                     "xds_ack_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
                 );
             }
-            let count = count.max(cumulative);
             let _ = writeln!(
                 out,
                 "xds_ack_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\

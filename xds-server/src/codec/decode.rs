@@ -114,6 +114,15 @@ impl<'a, M: Message> Fields<'a, M> {
     }
 }
 
+/// Adds a name field to the runs of consecutive name fields: the last run grows when the
+/// field follows it, else the field starts a run of its own.
+fn extend_runs(runs: &mut Vec<Range<usize>>, field: Range<usize>) {
+    match runs.last_mut() {
+        Some(run) if run.end == field.start => run.end = field.end,
+        _ => runs.push(field),
+    }
+}
+
 /// Each name of field 3, as bytes (a second pass over the message, the other fields skipped).
 fn each_name<'a>(
     message: &'a [u8],
@@ -190,7 +199,7 @@ impl Incoming for DeltaIncoming {
         let (mut runs, mut recognised) = (Vec::<Range<usize>>::new(), false);
         while let Some((field, name)) = fields.next_name()? {
             if runs.is_empty()
-                && let Some((len, _, Some(any_order))) = shared.0.recognise(&message, field.start)
+                && let Some((len, _, any_order)) = shared.0.recognise(&message, field.start)
             {
                 let run = field.start..field.start + len;
                 fields.skip_to(run.end);
@@ -200,10 +209,7 @@ impl Incoming for DeltaIncoming {
             }
             // A digest in any order is a sum: names after a recognised list add to it.
             subscribe.push(name);
-            match runs.last_mut() {
-                Some(run) if run.end == field.start => run.end = field.end,
-                _ => runs.push(field),
-            }
+            extend_runs(&mut runs, field);
         }
         // Remembered for other streams once the request is admitted (`remember_list`).
         let run = match &runs[..] {
@@ -230,6 +236,7 @@ impl DeltaIncoming {
     pub(crate) fn remember_list(&self) {
         let Some(run) = &self.run else { return };
         let bytes = &self.message[run.clone()];
+        // Checked before the hash: `SharedLists::remember` would keep no shorter list.
         if self.subscribe.count() >= xds_core::NameSet::MIN_LEN
             && bytes.len() >= KNOWN_LIST_MIN_BYTES
         {
@@ -288,7 +295,10 @@ impl Incoming for SotwIncoming {
                 // other streams (a joining proxy's first list, the same as another's).
                 let found = match known.recognise(&message, field.start) {
                     Some((len, digest)) => Some((len, digest, None)),
-                    None => known.shared.recognise(&message, field.start),
+                    None => known
+                        .shared
+                        .recognise(&message, field.start)
+                        .map(|(len, digest, names)| (len, digest, Some(names))),
                 };
                 if let Some((len, digest, names)) = found {
                     let run = field.start..field.start + len;
@@ -301,10 +311,7 @@ impl Incoming for SotwIncoming {
             // A name after a recognised list makes another list: its digest is made anew.
             (recognised, any_order) = (None, None);
             count += 1;
-            match runs.last_mut() {
-                Some(run) if run.end == field.start => run.end = field.end,
-                _ => runs.push(field),
-            }
+            extend_runs(&mut runs, field);
         }
         let request = fields.request;
         let digest = match (&runs[..], recognised) {
@@ -410,20 +417,24 @@ impl KnownLists {
 
     /// Remembers a list read in one run: `bytes` are its fields.
     fn remember(&mut self, bytes: &[u8], digest: NamesDigest) {
-        let Some(head) = bytes.first_chunk::<16>().filter(|_| bytes.len() >= KNOWN_LIST_MIN_BYTES)
-        else {
-            return;
-        };
-        if self.lists.first().is_some_and(|list| list.len == bytes.len() && list.digest == digest) {
+        let Some(list) = KnownList::of(bytes, digest) else { return };
+        if self.lists.first().is_some_and(|first| first.len == list.len && first.digest == digest) {
             return;
         }
         self.lists.retain(|list| list.digest != digest);
-        self.lists.insert(0, KnownList { len: bytes.len(), head: *head, digest });
+        self.lists.insert(0, list);
         self.lists.truncate(KNOWN_LISTS);
     }
 }
 
 impl KnownList {
+    /// The list whose fields are `bytes`, with their `digest`: none below
+    /// [`KNOWN_LIST_MIN_BYTES`], not worth remembering.
+    fn of(bytes: &[u8], digest: NamesDigest) -> Option<Self> {
+        let head = bytes.first_chunk::<16>().filter(|_| bytes.len() >= KNOWN_LIST_MIN_BYTES)?;
+        Some(KnownList { len: bytes.len(), head: *head, digest })
+    }
+
     /// Whether `message` may hold this list at `start`: as long a message, the same first
     /// bytes, and no name field right after (the list would be longer than this one, and
     /// hashing its first part would be for nothing: the walk reads it whole anyway).
@@ -471,11 +482,7 @@ impl SharedLists {
 
     /// The length, digest and digest in any order of a list some stream read, if `message` holds
     /// it at `start`. At most one candidate is hashed, with the lock released.
-    fn recognise(
-        &self,
-        message: &[u8],
-        start: usize,
-    ) -> Option<(usize, NamesDigest, Option<NamesDigest>)> {
+    fn recognise(&self, message: &[u8], start: usize) -> Option<(usize, NamesDigest, NamesDigest)> {
         if message.len().saturating_sub(start) < KNOWN_LIST_MIN_BYTES {
             // Shorter than any list kept: no lock taken (a small list's every ACK comes here).
             return None;
@@ -488,19 +495,16 @@ impl SharedLists {
             lists[..=at].rotate_right(1);
             lists[0]
         };
-        list.is_at(message, start).then_some((list.len, list.digest, Some(any_order)))
+        list.is_at(message, start).then_some((list.len, list.digest, any_order))
     }
 
     /// Remembers a list read in one run (`bytes`, its fields), by its digest and its digest in
     /// any order.
     fn remember(&self, bytes: &[u8], digest: NamesDigest, any_order: NamesDigest) {
-        let Some(head) = bytes.first_chunk::<16>().filter(|_| bytes.len() >= KNOWN_LIST_MIN_BYTES)
-        else {
-            return;
-        };
+        let Some(list) = KnownList::of(bytes, digest) else { return };
         let mut lists = crate::status::lock(&self.lists);
         lists.retain(|(list, _)| list.digest != digest);
-        lists.insert(0, (KnownList { len: bytes.len(), head: *head, digest }, any_order));
+        lists.insert(0, (list, any_order));
         lists.truncate(SHARED_LISTS_MAX);
     }
 }
