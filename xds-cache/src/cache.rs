@@ -64,6 +64,19 @@ pub trait Watch: Send + Sync {
     /// while it runs (writers wait, other readers do not).
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>));
 
+    /// Whether what [`read`](Self::read) lends may have changed since the last call of this
+    /// (or ever, for the first), and clears that mark. The server asks it before each read, and
+    /// skips the read of a type whose client is owed nothing but changes when the answer is
+    /// `false`: most types of a stream woken by a change to one.
+    ///
+    /// The default, `true`, is always right. A cache that answers `false` must be sure: every
+    /// change to the view (a resource, an error, a revision, a move to another group) marks it
+    /// before the stream's signal is raised. A watch of one [`Watchers`](crate::Watchers) key
+    /// answers [`Registration::take_change`](crate::Registration::take_change).
+    fn take_change(&self) -> bool {
+        true
+    }
+
     /// The stream's client subscribed to `names` (each authorized; the server calls this before
     /// it computes the response to the request, with no lock of the stream held). A cache that
     /// makes resources only when a client asks for them ([`Tables::generated`](crate::Tables::generated))

@@ -1,6 +1,6 @@
 //! The "something changed" signal a cache raises and a stream waits on.
 
-use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
@@ -11,6 +11,11 @@ use tokio::sync::Notify;
 /// queues nothing per stream). Runtime-agnostic: it works on any executor.
 #[derive(Debug, Default)]
 pub struct Signal {
+    /// Whether a raise came since the last wait or take: what they read. A take is then one
+    /// atomic swap, not a waiter put on `notify`'s list and taken off it.
+    raised: AtomicBool,
+    /// Wakes a waiter. It may keep a permit for a raise a take already consumed: the wait that
+    /// meets it finds no raise and waits again.
     notify: Notify,
 }
 
@@ -22,12 +27,15 @@ impl Signal {
 
     /// Wakes the waiter, or lets its next wait return at once.
     pub fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
         self.notify.notify_one();
     }
 
     /// Waits until the signal is raised (returns at once if it was raised since the last wait).
     pub async fn raised(&self) {
-        self.notify.notified().await;
+        while !self.take() {
+            self.notify.notified().await;
+        }
     }
 
     /// Takes a raise that came since the last wait, without waiting: true if there was one (it
@@ -35,9 +43,7 @@ impl Signal {
     /// before it reads only the requested types: a change pending in the cache must be read with
     /// every type, in order, or a route could reach the client before the cluster it names.
     pub fn take(&self) -> bool {
-        let raised = std::pin::pin!(self.notify.notified());
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        raised.poll(&mut cx).is_ready()
+        self.raised.swap(false, Ordering::AcqRel)
     }
 }
 

@@ -238,7 +238,7 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// and released when the stream drops the watch.
     pub fn watch(&self, key: K, signal: Arc<Signal>) -> Box<dyn Watch> {
         let registration = self.inner.watchers.register(key.clone(), signal);
-        Box::new(TableWatch { inner: self.inner.clone(), key, _registration: registration })
+        Box::new(TableWatch { inner: self.inner.clone(), key, registration })
     }
 
     /// How many streams watch `key`.
@@ -290,7 +290,7 @@ impl<K: std::fmt::Debug> std::fmt::Debug for Tables<K> {
 struct TableWatch<K: Eq + Hash> {
     inner: Arc<Inner<K>>,
     key: K,
-    _registration: Registration<K>,
+    registration: Registration<K>,
 }
 
 impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
@@ -300,6 +300,11 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
             Some(slot) => f(&*read(&slot.table)),
             None => f(&Unready),
         }
+    }
+
+    /// Every change to the key's table (its creation and removal included) notifies the key.
+    fn take_change(&self) -> bool {
+        self.registration.take_change()
     }
 
     /// Makes the names the table does not hold (when the tables generate resources), with no
@@ -421,6 +426,30 @@ mod tests {
         let (ready, revision, told) = look(&*watch, read_at);
         assert!(ready && revision > read_at);
         assert_eq!(told, None, "the stream must compare in full");
+    }
+
+    /// A watch says whether its key changed since it last said: a new watch has read nothing
+    /// yet; every update that moves the table, its creation and its removal mark it, and an
+    /// update that changes nothing does not. A watch of another key is not marked.
+    #[test]
+    fn a_watch_takes_the_change_its_key_was_notified_of_once() {
+        let tables: Tables<u8> = Tables::new();
+        let watch = tables.watch(1, Arc::new(Signal::new()));
+        let other = tables.watch(2, Arc::new(Signal::new()));
+        assert!(watch.take_change(), "read nothing yet");
+        assert!(other.take_change());
+        assert!(!watch.take_change(), "taken");
+        tables.update(&1, |_| ());
+        assert!(watch.take_change(), "created");
+        tables.update(&1, |t| t.upsert(cluster("a", "1")));
+        tables.update(&1, |t| t.upsert(cluster("b", "1")));
+        assert!(watch.take_change(), "two changes, taken once");
+        assert!(!watch.take_change());
+        tables.update(&1, |t| t.upsert(cluster("b", "1")));
+        assert!(!watch.take_change(), "the same resource again changes nothing");
+        assert!(tables.remove(&1));
+        assert!(watch.take_change(), "removed");
+        assert!(!other.take_change(), "another key");
     }
 
     #[test]

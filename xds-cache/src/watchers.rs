@@ -3,11 +3,27 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::signal::Signal;
 
-type Registry<K> = Mutex<HashMap<K, HashMap<u64, Arc<Signal>>>>;
+type Registry<K> = Mutex<HashMap<K, HashMap<u64, Watcher>>>;
+
+/// A registered signal, and the mark of a change its watch has not read yet.
+#[derive(Debug)]
+struct Watcher {
+    signal: Arc<Signal>,
+    changed: Arc<AtomicBool>,
+}
+
+impl Watcher {
+    /// Marks the change, then wakes the stream: a stream woken reads the mark set.
+    fn notify(&self) {
+        self.changed.store(true, Ordering::Release);
+        self.signal.raise();
+    }
+}
 
 /// The signals registered per key (a node group and a type, or just a type): who to wake when
 /// something under that key changes.
@@ -51,6 +67,18 @@ pub struct Registration<K: Eq + Hash> {
     registry: Weak<Registry<K>>,
     key: K,
     id: u64,
+    /// Set by every [`Watchers::notify`] of the key, taken by [`Registration::take_change`].
+    changed: Arc<AtomicBool>,
+}
+
+impl<K: Eq + Hash> Registration<K> {
+    /// Whether the key was notified since the last call (or since the registration, for the
+    /// first: a new watch has read nothing yet), and clears the mark: the answer of
+    /// [`Watch::take_change`](crate::Watch::take_change) for a watch of one key. Call it
+    /// before the read it decides: a change notified after it is marked for the next.
+    pub fn take_change(&self) -> bool {
+        self.changed.swap(false, Ordering::AcqRel)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -62,25 +90,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<K: Eq + Hash + Clone> Watchers<K> {
     /// Registers `signal` under `key` until the returned registration is dropped.
     pub fn register(&self, key: K, signal: Arc<Signal>) -> Registration<K> {
-        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.registry).entry(key.clone()).or_default().insert(id, signal);
-        Registration { registry: Arc::downgrade(&self.registry), key, id }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let changed = Arc::new(AtomicBool::new(true));
+        let watcher = Watcher { signal, changed: changed.clone() };
+        lock(&self.registry).entry(key.clone()).or_default().insert(id, watcher);
+        Registration { registry: Arc::downgrade(&self.registry), key, id, changed }
     }
 
-    /// Raises every signal registered under `key`. Raising never blocks or runs stream code.
+    /// Marks a change on every registration under `key` and raises its signal. Raising never
+    /// blocks or runs stream code.
     pub fn notify(&self, key: &K) {
-        if let Some(signals) = lock(&self.registry).get(key) {
-            for signal in signals.values() {
-                signal.raise();
+        if let Some(watchers) = lock(&self.registry).get(key) {
+            watchers.values().for_each(Watcher::notify);
+        }
+    }
+
+    /// [`notify`](Self::notify) of every key `pred` accepts.
+    pub fn notify_where(&self, mut pred: impl FnMut(&K) -> bool) {
+        for (key, watchers) in lock(&self.registry).iter() {
+            if pred(key) {
+                watchers.values().for_each(Watcher::notify);
             }
         }
     }
 
-    /// Raises every signal registered under a key `pred` accepts.
-    pub fn notify_where(&self, mut pred: impl FnMut(&K) -> bool) {
-        for (key, signals) in lock(&self.registry).iter() {
+    /// Marks a change on every registration under a key `pred` accepts, without raising its
+    /// signal: for a change its streams need not hear of now, but must read at their next look
+    /// (see [`Registration::take_change`]).
+    pub fn mark_where(&self, mut pred: impl FnMut(&K) -> bool) {
+        for (key, watchers) in lock(&self.registry).iter() {
             if pred(key) {
-                signals.values().for_each(|s| s.raise());
+                watchers.values().for_each(|w| w.changed.store(true, Ordering::Release));
             }
         }
     }

@@ -625,3 +625,34 @@ fn a_derivation_never_changes_its_base() {
     sorted.sort_unstable();
     assert_eq!(names, sorted);
 }
+
+/// A watch says whether its type's view changed since it last said (`Watch::take_change`), so
+/// that a stream woken by a change to one type reads only that one: a snapshot marks the types
+/// it changed, not those it shares; clearing the snapshot marks every type without waking the
+/// streams; a move to another group marks the watch.
+#[test]
+fn a_watch_is_marked_by_the_changes_of_its_type_and_group_alone() {
+    let cache = SnapshotCache::by_node_id();
+    let n = node("envoy-1");
+    let (cds, cds_signal) = open(&cache, &n, &url(ResourceType::Cluster), Variant::Delta).unwrap();
+    let (eds, _) =
+        open(&cache, &n, &url(ResourceType::ClusterLoadAssignment), Variant::Delta).unwrap();
+    assert!(cds.take_change() && eds.take_change(), "read nothing yet");
+    assert!(!cds.take_change() && !eds.take_change(), "taken");
+    let mut b = Snapshot::builder();
+    b.add(&cluster("a", "1")).unwrap();
+    b.add(&cla("a", 1)).unwrap();
+    cache.set_snapshot("envoy-1", b.build_unchecked());
+    assert!(cds.take_change() && eds.take_change(), "the first snapshot: every type");
+    let mut b = Snapshot::builder();
+    b.add(&cluster("a", "2")).unwrap();
+    b.add(&cla("a", 1)).unwrap();
+    cache.set_snapshot("envoy-1", b.build_unchecked());
+    assert_eq!((cds.take_change(), eds.take_change()), (true, false), "the clusters alone");
+    cache.set_snapshot("other", clusters(&["x"]));
+    assert!(!cds.take_change(), "another group");
+    take_raised(&cds_signal);
+    cache.clear_snapshot("envoy-1");
+    assert!(!take_raised(&cds_signal), "not woken");
+    assert!(cds.take_change() && eds.take_change(), "but read at the next look");
+}

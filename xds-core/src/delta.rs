@@ -20,6 +20,7 @@ impl Protocol for Delta {
             // wildcard (rule D8).
             let error = request.error_detail.as_ref();
             let kind = sub.flow.classify(&request.response_nonce, error, "");
+            sub.quiet_request = true;
             return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };
         }
         // A set the server found stands for its names listed; unless some name is refused now

@@ -79,7 +79,11 @@ impl Flow {
     /// Records a response as sent and returns its nonce.
     pub(crate) fn sent(&mut self, nonces: &mut Nonces) -> String {
         let nonce = nonces.next_nonce();
-        self.last_nonce = Some(nonce.clone());
+        // Written into the string kept for the last one: a nonce is as long as the one before.
+        match &mut self.last_nonce {
+            Some(last) => nonce.clone_into(last),
+            None => self.last_nonce = Some(nonce.clone()),
+        }
         self.phase = Phase::InFlight;
         nonce
     }

@@ -67,6 +67,7 @@ impl Protocol for Sotw {
             // and the client's spellings would come out as they are (every step below is
             // idempotent), so there is nothing to do.
             SotwNames::Repeated if sub.listed.is_some() => {
+                sub.quiet_request = true;
                 return Handled {
                     kind,
                     subscribed: AddedNames::default(),

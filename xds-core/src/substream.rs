@@ -137,6 +137,12 @@ pub struct SubStream<P, R> {
     pub(crate) naming: Naming,
     /// Whether responses may carry a shared set whole (see [`Self::share_sets`]).
     shared_sets: bool,
+    /// Whether a poll found a response in flight since the last poll that compared: what the
+    /// view changed meanwhile is owed once the client answers.
+    blocked: bool,
+    /// Whether the last request was an ACK or NACK and nothing else, taken in without a look at
+    /// names (`Protocol::handle`'s fast paths): it changed nothing a response depends on.
+    pub(crate) quiet_request: bool,
     variant: PhantomData<fn() -> P>,
 }
 
@@ -155,6 +161,8 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
             listed: None,
             naming: Naming::default(),
             shared_sets: false,
+            blocked: false,
+            quiet_request: false,
             variant: PhantomData,
         }
     }
@@ -223,7 +231,24 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// Takes in one request. SotW: rules S4, S5, S7, S8, S9, S10, S12, S15; delta: D1, D2, D3, D7,
     /// D8.
     pub fn handle_request(&mut self, request: P::Request) -> Handled {
+        self.quiet_request = false;
         P::handle(self, request)
+    }
+
+    /// Whether only a change in its view can owe the client a response: the sub-stream
+    /// answered before, no poll found a response in flight since its last comparison, and
+    /// nothing is marked to be sent or put off. A caller that knows its view did not change
+    /// (the cache marked no change since the last read) then need not read it: the comparison
+    /// would find nothing.
+    pub fn waits_for_changes(&self) -> bool {
+        self.responded && !self.blocked && self.tracker.waits_for_changes(self.traits)
+    }
+
+    /// Whether the last request changed nothing but the flow (an ACK or NACK alone) and the
+    /// sub-stream [`waits_for_changes`](Self::waits_for_changes): then no response can be owed
+    /// for the request itself.
+    pub(crate) fn quiet(&self) -> bool {
+        self.quiet_request && self.waits_for_changes()
     }
 
     /// The response owed to the client given the current `view`, if any.
@@ -255,13 +280,22 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         nonces: &mut Nonces,
         removals: Removals,
     ) -> Option<P::Response<R>> {
-        if !self.flow.ready() || !view.is_ready() {
+        if !self.flow.ready() {
+            self.blocked = true;
             return None;
         }
+        if !view.is_ready() {
+            return None;
+        }
+        self.blocked = false;
         let response = P::respond(self, view, nonces, removals == Removals::Defer)?;
         let response = if self.shared_sets { response } else { response.into_listed() };
         self.responded = true;
-        self.last_sent_version = Some(response.version().to_owned());
+        // Written into the string it holds: a type's versions are as long as each other.
+        match &mut self.last_sent_version {
+            Some(last) => response.version().clone_into(last),
+            None => self.last_sent_version = Some(response.version().to_owned()),
+        }
         Some(response)
     }
 

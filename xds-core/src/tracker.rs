@@ -271,6 +271,12 @@ impl<R: Resource> Tracker<R> {
         self.synced.is_some()
     }
 
+    /// Whether only a change in the view can make the next comparison find anything: the held
+    /// state was compared, and nothing is owed whatever the view holds.
+    pub(crate) fn waits_for_changes(&self, traits: TypeTraits) -> bool {
+        self.synced.is_some() && self.owes_nothing_unchanged(traits)
+    }
+
     /// The client holds what `view` has, as a resuming SotW client at the view's version
     /// says (rule S16): nothing is owed until the view changes.
     pub(crate) fn resume_at<V: View<Resource = R> + ?Sized>(&mut self, view: &V) {

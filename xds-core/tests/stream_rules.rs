@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use util::*;
 use xds_core::{
-    Delta, DeltaResponse, Event, Outgoing, Protocol, Resource, Sotw, SotwResponse, Stream,
-    StreamConfig, StreamError, TypeKey, TypeRole, TypeTraits, View, Views,
+    Delta, DeltaResponse, Event, Outgoing, Protocol, Resource, Sotw, SotwNames, SotwResponse,
+    Stream, StreamConfig, StreamError, TypeKey, TypeRole, TypeTraits, View, Views,
 };
 
 /// The types of these tests, in make-before-break order.
@@ -344,8 +344,85 @@ fn o1_a_round_after_views_unchanged_reads_only_the_types_requested_since() {
     assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![T::Lds]));
     ack(&mut h, T::Lds);
     h.stream.views_unchanged();
-    // The listener's ACK: it alone is read, then the removals held back.
-    assert_eq!(round(&mut h), (vec![T::Lds, T::Cds, T::Eds], vec![T::Cds, T::Eds]));
+    // The listener's ACK owes nothing of its own (rule S6: it is not read); the removals held
+    // back go.
+    assert_eq!(round(&mut h), (vec![T::Cds, T::Eds], vec![T::Cds, T::Eds]));
+}
+
+/// Rule S6 on SotW: an ACK that repeats its list (a server recognises the list by its bytes)
+/// owes nothing, and a round after it that knows the views unchanged reads nothing; an ACK that
+/// lists other names is read, and owes what it added.
+#[test]
+fn s06_a_sotw_ack_that_repeats_its_list_owes_nothing() {
+    let mut h = Harness::<Sotw>::ads();
+    h.world.view(T::Cds).set("a", "1");
+    h.world.view(T::Cds).set("b", "1");
+    h.request(T::Cds, sotw(&["a"], "", ""));
+    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
+    let last = |h: &Harness<Sotw>| {
+        let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Cds).unwrap();
+        (sub.last_sent_version().unwrap().to_owned(), sub.last_nonce().unwrap().to_owned())
+    };
+    let (version, nonce) = last(&h);
+    let mut repeated = sotw(&[], &version, &nonce);
+    repeated.resource_names = SotwNames::Repeated;
+    h.request(T::Cds, repeated);
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![], vec![]), "an ACK alone");
+    h.request(T::Cds, sotw(&["a", "b"], &version, &nonce));
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]), "a name added");
+}
+
+/// [`round`], with whether each read needs a change to owe anything (`Read::needs_change`).
+fn round_marked<P: Protocol>(h: &mut Harness<P>) -> (Vec<(T, bool)>, Vec<T>) {
+    let mut read = Vec::new();
+    while let Some(r) = h.stream.next_read() {
+        read.push((r.type_key, r.needs_change()));
+        let view = h.world.0.get(&r.type_key).map(|v| v as &dyn View<Resource = Res>);
+        h.stream.respond(&r, view, h.now);
+    }
+    let sent = std::iter::from_fn(|| h.stream.poll_ready()).map(|o| o.type_key).collect();
+    (read, sent)
+}
+
+/// Rule S6: the ACK of a client that was sent everything its view had owes nothing, so a round
+/// after it that knows the views unchanged reads no type. A change that found the response in
+/// flight is owed at the ACK: that round reads the type, and sends it. A round woken by the
+/// cache says of each type whether only a change can owe it anything, so that a server whose
+/// cache marks changes reads only the changed types.
+#[test]
+fn s06_an_ack_owes_nothing_unless_a_change_found_its_response_in_flight() {
+    let (mut h, nonces) = ads_with_two_clusters();
+    // The setup's last poll found the three responses in flight: each ACK is read.
+    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
+        h.request(t, delta(&[], &[], n));
+    }
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![]));
+    let quiet = vec![(T::Cds, true), (T::Eds, true), (T::Lds, true)];
+    assert_eq!(round_marked(&mut h), (quiet.clone(), vec![]), "a change alone owes anything");
+    h.world.view(T::Lds).set("l", "2");
+    assert_eq!(round_marked(&mut h), (quiet.clone(), vec![T::Lds]));
+    ack(&mut h, T::Lds);
+    h.stream.views_unchanged();
+    assert_eq!(round(&mut h), (vec![], vec![]), "the ACK alone owes nothing");
+
+    // A change while the listener is in flight.
+    h.world.view(T::Lds).set("l", "3");
+    assert_eq!(round_marked(&mut h), (quiet.clone(), vec![T::Lds]));
+    h.world.view(T::Lds).set("l", "4");
+    assert_eq!(round_marked(&mut h), (quiet, vec![]), "in flight: held back");
+    ack(&mut h, T::Lds);
+    h.stream.views_unchanged();
+    assert_eq!(round_marked(&mut h), (vec![(T::Lds, false)], vec![T::Lds]), "owed at the ACK");
+
+    // Anything else a request asks is owed whatever the view: a name subscribed again is
+    // resent (rule D2), and its round reads the type.
+    ack(&mut h, T::Lds);
+    h.request(T::Eds, delta(&["c1"], &[], ""));
+    h.stream.views_unchanged();
+    assert_eq!(round_marked(&mut h), (vec![(T::Eds, false)], vec![T::Eds]));
 }
 
 #[test]

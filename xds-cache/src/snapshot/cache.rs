@@ -270,6 +270,8 @@ impl SnapshotCache {
                 table.replace_all(&empty);
             }
         }
+        // Its streams are not woken (they keep what they have), but their next look reads it.
+        self.inner.watchers.mark_where(|(g, _)| g == group);
         drop(state);
         self.inner.release(group);
     }

@@ -146,6 +146,14 @@ impl Watch for SnapshotWatch {
         st.high = st.high.max(rebased.revision());
         f(&rebased);
     }
+
+    /// A change of the group's table of the type notifies its key; a move to another group is
+    /// marked by `moved_to`, and its new registration starts marked.
+    fn take_change(&self) -> bool {
+        let st = lock(&self.binding.state);
+        let changed = st.registration.as_ref().is_none_or(Registration::take_change);
+        changed || st.moved_to.is_some()
+    }
 }
 
 impl Drop for SnapshotWatch {

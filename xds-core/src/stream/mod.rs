@@ -146,6 +146,19 @@ pub struct Read<K> {
     /// Rule O1: removals of this type are held back in this pass (the stream's own business;
     /// hand the `Read` back as it came).
     defer_removals: bool,
+    /// Only a change in the view can owe a response ([`Read::needs_change`]).
+    needs_change: bool,
+}
+
+impl<K> Read<K> {
+    /// Whether only a change in the view can owe a response to this read: nothing was
+    /// requested since the last round, no heartbeat is due, and the sub-stream
+    /// [waits for changes](crate::SubStream::waits_for_changes). A caller that knows the view
+    /// did not change since it last lent it (its cache marks changes) may skip the read: the
+    /// comparison [`Stream::respond`] would make finds nothing.
+    pub fn needs_change(&self) -> bool {
+        self.needs_change
+    }
 }
 
 /// A round of responses under way; the types it still reads are marked in their slots
@@ -250,6 +263,8 @@ struct Slot<P, R> {
     /// The round under way still reads this type: with whether its removals are held back
     /// (rule O1).
     pending: Option<bool>,
+    /// Only a change in the view can owe this round's read a response ([`Read::needs_change`]).
+    needs_change: bool,
 }
 
 impl<P: Protocol, R: Resource> Slot<P, R> {
@@ -438,10 +453,17 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 heartbeat_owed: false,
                 touched: false,
                 pending: None,
+                needs_change: false,
             })
         });
-        slot.touched = true;
         let handled = slot.sub.handle_request(request);
+        // An ACK alone, of a client that was sent all its view had: nothing is owed for it (a
+        // change since would have found the response in flight, and is owed), so a round after
+        // it that knows the views unchanged need not read this type.
+        let acked = matches!(handled.kind, RequestKind::Ack { .. });
+        if !(acked && slot.sub.quiet() && !slot.heartbeat_owed) {
+            slot.touched = true;
+        }
         let subscribed = slot.sub.name_count();
         if subscribed > self.config.max_subscribed_names {
             return Err(StreamError::TooManySubscribed {
@@ -528,6 +550,10 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 let touched = std::mem::take(&mut slot.touched);
                 let defer = ads && slot.role == TypeRole::RemovedLast;
                 slot.pending = (touched || !unchanged).then_some(defer);
+                slot.needs_change = slot.pending.is_some()
+                    && !touched
+                    && !slot.heartbeat_owed
+                    && slot.sub.waits_for_changes();
             }
             self.round = Some(Round { second_pass_owed: ads });
         }
@@ -537,7 +563,10 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         let round = self.round.as_mut()?;
         if std::mem::take(&mut round.second_pass_owed) && self.owes_held_back_removals() {
             let removals = self.subs.values_mut().filter(|s| s.role == TypeRole::RemovedLast);
-            removals.for_each(|slot| slot.pending = Some(false));
+            removals.for_each(|slot| {
+                slot.pending = Some(false);
+                slot.needs_change = false;
+            });
             if let Some(read) = self.pending_read() {
                 return Some(read);
             }
@@ -550,7 +579,8 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     fn pending_read(&mut self) -> Option<Read<K>> {
         let (key, slot) = self.subs.iter_mut().find(|(_, s)| s.pending.is_some())?;
         let defer_removals = slot.pending.take().unwrap_or(false);
-        Some(Read { type_key: key.clone(), defer_removals })
+        let needs_change = std::mem::take(&mut slot.needs_change);
+        Some(Read { type_key: key.clone(), defer_removals, needs_change })
     }
 
     /// Tells the stream that no view it reads changed since its last round: the caller was woken
@@ -613,7 +643,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// The next response a round computed, in the order to send them.
     #[must_use = "a returned response must be sent"]
     pub fn poll_ready(&mut self) -> Option<Outgoing<K, P::Response<R>>> {
-        drained(&mut self.ready)
+        drained(&mut self.ready, 1)
     }
 
     /// Rule D10: a client that got a new RouteConfiguration `rc` drops its virtual hosts, so its
@@ -628,6 +658,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         if self.round.is_some() && vhds.pending.is_none() {
             vhds.pending = Some(false);
         }
+        vhds.needs_change = false;
         routes.for_each_name(&mut |name| {
             let prefix = format!("{name}/");
             vhds.sub.resend_where(|alias| alias.starts_with(&prefix));
@@ -653,7 +684,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 
     /// The next thing that happened, oldest first.
     pub fn poll_event(&mut self) -> Option<Event<K>> {
-        drained(&mut self.events)
+        drained(&mut self.events, 2)
     }
 
     /// The node of the stream's first request (`None` before it, or for an anonymous client).
@@ -673,13 +704,14 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 }
 
 /// The front of a queue that is drained after every call. Emptied, the queue keeps room for
-/// one entry: an update brings a stream one response and one event at a time, and the room a
-/// burst grew (the storm's responses of every type at once) would otherwise stay reserved for
-/// the life of the stream, about a kilobyte per connected client.
-fn drained<T>(queue: &mut VecDeque<T>) -> Option<T> {
+/// `keep` entries: an update brings a stream one response, and its ACK two events (the request
+/// and the ACK), and the room a burst grew (the storm's responses of every type at once) would
+/// otherwise stay reserved for the life of the stream, about a kilobyte per connected client.
+/// Room for fewer than an update needs would be given back and taken again at every update.
+fn drained<T>(queue: &mut VecDeque<T>, keep: usize) -> Option<T> {
     let front = queue.pop_front();
-    if front.is_none() {
-        queue.shrink_to(1);
+    if front.is_none() && queue.capacity() > keep {
+        queue.shrink_to(keep);
     }
     front
 }
@@ -688,18 +720,19 @@ fn drained<T>(queue: &mut VecDeque<T>) -> Option<T> {
 mod tests {
     use super::*;
 
-    /// A queue that a burst grew keeps room for one entry once drained, and one entry at a time
-    /// then needs no more.
+    /// A queue that a burst grew keeps room for what it is asked to keep once drained, and as
+    /// many entries at a time then need no more.
     #[test]
-    fn a_drained_queue_keeps_room_for_one() {
-        let mut queue: VecDeque<[u8; 200]> = VecDeque::new();
-        queue.extend([[0; 200]; 4]);
-        assert!(queue.capacity() >= 4);
-        while drained(&mut queue).is_some() {}
-        assert_eq!(queue.capacity(), 1);
-        queue.push_back([1; 200]);
-        assert_eq!(drained(&mut queue), Some([1; 200]));
-        assert_eq!(drained(&mut queue), None);
-        assert_eq!(queue.capacity(), 1);
+    fn a_drained_queue_keeps_the_room_asked_for() {
+        for keep in [1, 2] {
+            let mut queue: VecDeque<[u8; 200]> = VecDeque::new();
+            queue.extend([[0; 200]; 8]);
+            assert!(queue.capacity() >= 8);
+            while drained(&mut queue, keep).is_some() {}
+            assert_eq!(queue.capacity(), keep);
+            queue.extend(std::iter::repeat_n([1; 200], keep));
+            while drained(&mut queue, keep).is_some() {}
+            assert_eq!(queue.capacity(), keep, "the same room, not given back and taken again");
+        }
     }
 }

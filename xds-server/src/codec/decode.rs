@@ -602,8 +602,10 @@ impl<T: Incoming> Requests<T> {
             match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     // Trailers (a client may send them) carry nothing for us.
-                    if let Ok(data) = frame.into_data() {
-                        self.buf.put(data);
+                    if let Ok(data) = frame.into_data()
+                        && let Some(message) = self.take(data)?
+                    {
+                        return Poll::Ready(Ok(Some(message)));
                     }
                 }
                 Some(Err(e)) => return Poll::Ready(Err(Status::from_error(e.into()))),
@@ -612,9 +614,29 @@ impl<T: Incoming> Requests<T> {
         }
     }
 
-    /// Decodes the first message of `buf` if all of it is there.
-    fn decode(&mut self) -> Result<Option<T>, Status> {
-        let Some(&header) = self.buf.first_chunk::<HEADER>() else { return Ok(None) };
+    /// Takes in a chunk of the body. A chunk that starts a message and holds all of it (a
+    /// synced client's ACK, every update) is decoded from one copy of exactly its bytes, not
+    /// through `buf` (which grows, then splits the message off); what follows the message waits
+    /// in `buf`. Any other chunk goes to `buf`. A copy, not a slice of the chunk: the chunk is a
+    /// part of the connection's read buffer, which a request kept a while (a joining stream's
+    /// first, while it waits for a join permit) would keep whole.
+    fn take(&mut self, data: Bytes) -> Result<Option<T>, Status> {
+        if self.buf.is_empty()
+            && let Some(&header) = data.first_chunk::<HEADER>()
+        {
+            let len = self.length(header)?;
+            if data.len() >= HEADER + len {
+                self.buf.put(&data[HEADER + len..]);
+                let message = Bytes::copy_from_slice(&data[HEADER..HEADER + len]);
+                return self.decode_message(message).map(Some);
+            }
+        }
+        self.buf.put(data);
+        Ok(None)
+    }
+
+    /// The length a message's header gives, checked: not compressed, at most `max`.
+    fn length(&self, header: [u8; HEADER]) -> Result<usize, Status> {
         let (compressed, len) = frame::parse(header);
         if compressed {
             // Compressed requests were refused when the stream opened (`grpc-encoding`).
@@ -626,6 +648,18 @@ impl<T: Incoming> Requests<T> {
                 self.max
             )));
         }
+        Ok(len)
+    }
+
+    fn decode_message(&mut self, message: Bytes) -> Result<T, Status> {
+        T::decode(message, &mut self.memo)
+            .map_err(|e| Status::internal(format!("failed to decode Protobuf message: {e}")))
+    }
+
+    /// Decodes the first message of `buf` if all of it is there.
+    fn decode(&mut self) -> Result<Option<T>, Status> {
+        let Some(&header) = self.buf.first_chunk::<HEADER>() else { return Ok(None) };
+        let len = self.length(header)?;
         if self.buf.len() < HEADER + len {
             // One allocation for the whole message, not a doubling per chunk.
             self.buf.reserve(HEADER + len - self.buf.len());
@@ -633,8 +667,7 @@ impl<T: Incoming> Requests<T> {
         }
         let mut frame = self.buf.split_to(HEADER + len);
         frame.advance(HEADER);
-        let message = T::decode(frame.freeze(), &mut self.memo)
-            .map_err(|e| Status::internal(format!("failed to decode Protobuf message: {e}")));
+        let message = self.decode_message(frame.freeze());
         if self.buf.is_empty() {
             // Let the buffer go: the next message gets one of its own size.
             self.buf = BytesMut::new();
@@ -691,6 +724,34 @@ mod tests {
         assert_eq!(requests.message().await.ok().flatten().map(whole), Some(b));
         assert_eq!(requests.buf.capacity(), 0, "no buffer kept between requests");
         assert!(matches!(requests.message().await, Ok(None)), "the client closed its side");
+    }
+
+    /// A chunk that holds a whole message and more (the next message whole, the start of the
+    /// one after) is decoded in place, and what follows it is read from the buffer; a message
+    /// bigger than the limit is refused from its header, in a chunk of its own as in the buffer.
+    #[tokio::test]
+    async fn a_chunk_holding_whole_messages_decodes_each_and_keeps_what_follows() {
+        let (a, b, c) = (request(1), request(2), request(3));
+        let mut first = framed(&a);
+        first.extend(framed(&b));
+        let third = framed(&c);
+        first.extend(&third[..3]);
+        let chunks = vec![first, third[3..].to_vec()];
+        let mut requests = Requests::<DeltaIncoming>::new(body(chunks), 1 << 20);
+        for expected in [a, b, c] {
+            assert_eq!(requests.message().await.ok().flatten().map(whole), Some(expected));
+        }
+        assert!(matches!(requests.message().await, Ok(None)));
+        let big = framed(&request(100));
+        let mut requests = Requests::<DeltaIncoming>::new(body(vec![big.clone()]), 100);
+        let refused = requests.message().await.err().map(|s| s.code());
+        assert_eq!(refused, Some(tonic::Code::OutOfRange), "a whole chunk over the limit");
+        let mut head = framed(&request(1));
+        head.extend(&big[..2]);
+        let mut requests = Requests::<DeltaIncoming>::new(body(vec![head, big[2..].to_vec()]), 100);
+        assert!(requests.message().await.is_ok());
+        let refused = requests.message().await.err().map(|s| s.code());
+        assert_eq!(refused, Some(tonic::Code::OutOfRange), "one read from the buffer");
     }
 
     /// A delta request as read, with its names decoded.

@@ -16,16 +16,35 @@ pub(super) fn string_len(tag: u32, s: &str) -> usize {
 
 pub(super) fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
     if !s.is_empty() {
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(s.len() as u64, buf);
+        put_key_len(tag, s.len(), buf);
         buf.put_slice(s.as_bytes());
     }
 }
 
 pub(super) fn put_bytes_field(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(bytes.len() as u64, buf);
+    put_key_len(tag, bytes.len(), buf);
     buf.put_slice(bytes);
+}
+
+/// A length-delimited field's key and length, written with one copy: `encoding::encode_key`
+/// and `encode_varint` write a byte at a time, each a reserve check and a copy into the buffer.
+pub(super) fn put_key_len(tag: u32, len: usize, buf: &mut impl BufMut) {
+    let mut head = [0u8; 15];
+    let at = put_varint(u64::from(tag) << 3 | 2, &mut head, 0);
+    let at = put_varint(len as u64, &mut head, at);
+    buf.put_slice(&head[..at]);
+}
+
+/// Writes `value` as a varint into `out` from `at`; returns where it ends. A key (a tag below
+/// 2^29) takes at most 5 bytes and a length at most 10, so a key and a length fit in 15.
+fn put_varint(mut value: u64, out: &mut [u8; 15], mut at: usize) -> usize {
+    while value >= 0x80 {
+        out[at] = (value as u8) | 0x80;
+        value >>= 7;
+        at += 1;
+    }
+    out[at] = value as u8;
+    at + 1
 }
 
 pub(super) fn len_delimited(tag: u32, body_len: usize) -> usize {
@@ -85,11 +104,9 @@ pub(super) fn sotw_any_len(r: &EncodedResource, heartbeat: bool) -> usize {
 
 pub(super) fn put_sotw_any(r: &EncodedResource, heartbeat: bool, buf: &mut impl BufMut) {
     let Some(ttl) = r.ttl() else { return put_any(r, buf) };
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(sotw_any_len(r, heartbeat) as u64, buf);
+    put_key_len(2, sotw_any_len(r, heartbeat), buf);
     put_string(1, wrapper_type_url(), buf);
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(wrapper_len(r, ttl, heartbeat) as u64, buf);
+    put_key_len(2, wrapper_len(r, ttl, heartbeat), buf);
     put_wrapper(r, ttl, heartbeat, buf);
 }
 
@@ -99,8 +116,7 @@ pub(super) fn control_plane_len(tag: u32, cp: &Option<String>) -> usize {
 
 pub(super) fn put_control_plane(tag: u32, cp: &Option<String>, buf: &mut impl BufMut) {
     if let Some(id) = cp {
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(string_len(1, id) as u64, buf);
+        put_key_len(tag, string_len(1, id), buf);
         put_string(1, id, buf);
     }
 }
@@ -121,13 +137,10 @@ pub(super) fn resource_errors_len(tag: u32, errors: &[ResourceError]) -> usize {
 pub(super) fn put_resource_errors(tag: u32, errors: &[ResourceError], buf: &mut impl BufMut) {
     for e in errors {
         let (name, status, body) = resource_error_len(e);
-        encoding::encode_key(tag, WireType::LengthDelimited, buf);
-        encoding::encode_varint(body as u64, buf);
-        encoding::encode_key(1, WireType::LengthDelimited, buf);
-        encoding::encode_varint(name as u64, buf);
+        put_key_len(tag, body, buf);
+        put_key_len(1, name, buf);
         put_string(1, &e.name, buf);
-        encoding::encode_key(2, WireType::LengthDelimited, buf);
-        encoding::encode_varint(status as u64, buf);
+        put_key_len(2, status, buf);
         if e.error.code != 0 {
             encoding::int32::encode(1, &e.error.code, buf);
         }
@@ -144,8 +157,7 @@ pub(super) fn duration_len(d: std::time::Duration) -> usize {
 }
 
 pub(super) fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(duration_len(d) as u64, buf);
+    put_key_len(tag, duration_len(d), buf);
     if d.as_secs() > 0 {
         encoding::encode_key(1, WireType::Varint, buf);
         encoding::encode_varint(d.as_secs(), buf);
@@ -190,8 +202,7 @@ pub(super) fn put_delta_resource(
         }
         DeltaResource::Absent { name, aliases } => {
             let name = spelled(spellings, name);
-            encoding::encode_key(2, WireType::LengthDelimited, buf);
-            encoding::encode_varint((string_len(3, name) + aliases_len(aliases)) as u64, buf);
+            put_key_len(2, string_len(3, name) + aliases_len(aliases), buf);
             put_string(3, name, buf);
             put_aliases(aliases, buf);
         }
@@ -228,8 +239,7 @@ fn put_present(
     if is_plain(r, name, aliases, heartbeat) {
         return put_plain_delta(r, buf);
     }
-    encoding::encode_key(2, WireType::LengthDelimited, buf);
-    encoding::encode_varint(fields_len(r, name, aliases, heartbeat) as u64, buf);
+    put_key_len(2, fields_len(r, name, aliases, heartbeat), buf);
     put_string(1, r.version(), buf);
     if !heartbeat {
         put_any(r, buf);
@@ -266,4 +276,26 @@ pub(super) fn plain_delta_len(r: &EncodedResource) -> usize {
 /// A shared set's delta entry (see [`plain_delta_len`]): one copy.
 pub(super) fn put_plain_delta(r: &EncodedResource, buf: &mut impl BufMut) {
     put_bytes_field(2, r.delta_entry(), buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key and a length written at once read as prost writes them, a byte at a time, from
+    /// the shortest varints to the longest.
+    #[test]
+    fn a_key_and_length_written_at_once_are_what_prost_writes() {
+        let tags = [1, 2, 15, 16, 2047, 2048, (1 << 29) - 1];
+        let lens = [0, 1, 127, 128, 16_383, 16_384, 1 << 21, 1 << 35, usize::MAX];
+        for tag in tags {
+            for len in lens {
+                let (mut ours, mut prost) = (Vec::new(), Vec::new());
+                put_key_len(tag, len, &mut ours);
+                encoding::encode_key(tag, WireType::LengthDelimited, &mut prost);
+                encoding::encode_varint(len as u64, &mut prost);
+                assert_eq!(ours, prost, "tag {tag}, length {len}");
+            }
+        }
+    }
 }

@@ -44,6 +44,7 @@ use tonic::Status;
 
 use crate::codec::decode::Requests;
 use xds_cache::{DynView, Signal, Watch, WatchRequest};
+use xds_core::Read;
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::{ResourceType, TypeUrl};
 
@@ -118,6 +119,15 @@ impl Watches {
             self.unready.insert(type_url.clone());
         }
         true
+    }
+
+    /// Whether `read` can be skipped: only a change can owe its type a response, and its cache
+    /// marked none since the last read (`Watch::take_change`). Most reads of a stream woken by
+    /// a change to one of its types are of the others. The mark is taken for every read, so
+    /// that one read in a round for another reason is not read again for the same change.
+    fn unchanged(&self, read: &Read<TypeUrl>) -> bool {
+        let changed = self.get(&read.type_key).is_none_or(|watch| watch.take_change());
+        read.needs_change() && !changed
     }
 
     fn get(&self, type_url: &TypeUrl) -> Option<&dyn Watch> {
@@ -240,6 +250,17 @@ pub(crate) fn open<P: WireProtocol>(
     Ok(Box::pin(InSpan { items: Box::pin(items), span }))
 }
 
+/// Sleeps until `at`, if some. A `select!` makes every branch's future at each turn, a
+/// disabled one's too: a `Sleep` made there looks up the runtime's timer at every turn, where
+/// this makes one only when polled. Boxed: the loop's future is moved whole into and out of
+/// `unfold` for every response, and two `Sleep`s in place made it 456 bytes rather than 248.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => Box::pin(sleep_until(at.into())).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A stream polled inside `span`: the span entered for each poll, as `Instrument` does for a
 /// future, without a copy of the span per item (each a reference count the subscriber keeps,
 /// taken and dropped per response).
@@ -325,13 +346,13 @@ impl<P: WireProtocol> Driver<P> {
                 }
                 // The core's timer (TTL heartbeats). It names no time while a response awaits its
                 // ACK, so a client that does not answer cannot make this loop spin.
-                _ = sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
+                _ = sleep_until_some(timeout), if timeout.is_some() => {
                     lock(&self.state.core).handle_timeout(Instant::now());
                     self.views_unchanged_unless_raised();
                     None
                 }
                 // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
-                _ = sleep_until(give_up.unwrap_or_else(Instant::now).into()), if give_up.is_some() => {
+                _ = sleep_until_some(give_up), if give_up.is_some() => {
                     self.done = true;
                     return Some(Err(self.unserved_status()));
                 }
@@ -650,6 +671,9 @@ impl<P: WireProtocol> Driver<P> {
         loop {
             let read = lock(core).next_read();
             let Some(read) = read else { break };
+            if self.watches.unchanged(&read) {
+                continue;
+            }
             let lent = self.watches.read(&read.type_key, &mut |view| {
                 lock(core).respond(&read, Some(view), now);
             });
@@ -657,37 +681,48 @@ impl<P: WireProtocol> Driver<P> {
                 lock(core).respond(&read, None, now);
             }
         }
-        let mut locked = lock(core);
-        let owed: Vec<_> = std::iter::from_fn(|| locked.poll_ready()).collect();
-        let events: Vec<_> = std::iter::from_fn(|| locked.poll_event()).collect();
-        drop(locked);
+        // Taken from the core one at a time, each handled with the lock released: a list of
+        // them would be an allocation per round, or room kept by every stream.
         let shared = &self.shared;
         let cp = shared.config.control_plane_id.as_deref();
-        for out in owed {
+        loop {
+            let out = lock(core).poll_ready();
+            let Some(out) = out else { break };
             let (wire, bytes) = P::to_wire(out.response, &out.type_key, cp, &shared.encodings);
             let label = || shared.label(&out.type_key);
             self.counters.of(&shared.metrics, P::LABEL, &out.type_key, label).response(bytes);
             self.outbox.push_back((wire, bytes > 0));
         }
         self.track_unserved(now);
-        if events.is_empty() {
-            return;
-        }
-        if events.iter().any(|e| matches!(e, xds_core::Event::Nack { .. })) {
-            self.refresh_group();
-        }
-        for event in &events {
-            match event {
-                xds_core::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),
-                xds_core::Event::Ack { type_key, .. } | xds_core::Event::Nack { type_key, .. } => {
-                    self.join.answered(type_key);
-                }
-                _ => {}
+        // The user's callbacks get the events together, with no lock held; the default ones
+        // none (and then nothing is kept).
+        let mut delivered = Vec::new();
+        loop {
+            let event = lock(&self.state.core).poll_event();
+            let Some(event) = event else { break };
+            self.report(&event);
+            if self.shared.custom_callbacks {
+                delivered.push(event);
             }
         }
+        deliver(&self.shared, &self.info, &delivered);
+    }
+
+    /// Reports one of the core's events to the join gate, the stream's status and the metrics.
+    fn report(&mut self, event: &xds_core::Event<TypeUrl>) {
+        match event {
+            xds_core::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),
+            xds_core::Event::Ack { type_key, .. } => self.join.answered(type_key),
+            xds_core::Event::Nack { type_key, .. } => {
+                // A NACK names the configuration the client rejected: the node's group now.
+                self.refresh_group();
+                self.join.answered(type_key);
+            }
+            _ => {}
+        }
         let log = &self.state.events;
-        record(&self.shared, P::LABEL, &mut self.counters, &self.status, log, &events);
-        deliver(&self.shared, &self.info, events);
+        let events = std::slice::from_ref(event);
+        record(&self.shared, P::LABEL, &mut self.counters, &self.status, log, events);
     }
 }
 

@@ -129,7 +129,7 @@ pub(super) fn record(
 /// other tasks, the other streams, to another thread first, so they go on while this one waits.
 /// (On a current-thread runtime there is no other thread: there a blocking callback stalls the
 /// runtime, as any blocking code does.) The no-op default callbacks are called inline.
-pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: Vec<Event<TypeUrl>>) {
+pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: &[Event<TypeUrl>]) {
     let owed = |e: &Event<TypeUrl>| !matches!(e, Event::Request { .. } | Event::Stale { .. });
     if !shared.custom_callbacks || !events.iter().any(owed) {
         return;
@@ -139,20 +139,15 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: Vec<Event<Ty
         for event in events {
             match event {
                 Event::Ack { type_key, version, nonce, .. } => {
-                    callbacks.on_ack(stream, &type_key, &version, &nonce);
+                    callbacks.on_ack(stream, type_key, version, nonce);
                 }
                 Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
-                    let nack = Nack {
-                        type_url: &type_key,
-                        rejected_version: &rejected_version,
-                        nonce: &nonce,
-                        kept_version: &kept_version,
-                        error: &error,
-                    };
+                    let nack =
+                        Nack { type_url: type_key, rejected_version, nonce, kept_version, error };
                     callbacks.on_nack(stream, &nack);
                 }
                 Event::Sent { type_key, version, nonce, resources, .. } => {
-                    callbacks.on_response(stream, &type_key, &version, &nonce, resources);
+                    callbacks.on_response(stream, type_key, version, nonce, *resources);
                 }
                 Event::Request { .. } | Event::Stale { .. } => {}
             }
