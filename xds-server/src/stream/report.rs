@@ -15,12 +15,16 @@ use crate::status::{
 };
 
 /// The status of `type_key` on the stream, created on first use. Looked up by reference: a type
-/// is named on every request and response, and its key is copied only once per stream.
+/// is named on every request and response, and its key is copied only once per stream. Found
+/// by a scan of the stream's few types, whose equality compares lengths first: the map's ordered
+/// search compared the long prefix every type URL shares ("type.googleapis.com/envoy."), twice.
 fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
-    if !status.types.contains_key(type_key.as_str()) {
-        status.types.insert(type_key.to_string(), Box::default());
+    let key = type_key.as_str();
+    if !status.types.keys().any(|k| k == key) {
+        status.types.insert(key.to_owned(), Box::default());
     }
-    status.types.get_mut(type_key.as_str()).expect("inserted above when missing")
+    let found = status.types.iter_mut().find(|(k, _)| *k == key);
+    found.map(|(_, ts)| &mut **ts).expect("inserted above when missing")
 }
 
 /// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
