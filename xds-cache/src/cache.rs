@@ -70,9 +70,14 @@ pub trait Watch: Send + Sync {
     /// `false`: most types of a stream woken by a change to one.
     ///
     /// The default, `true`, is always right. A cache that answers `false` must be sure: every
-    /// change to the view (a resource, an error, a revision, a move to another group) marks it
-    /// before the stream's signal is raised. A watch of one [`Watchers`](crate::Watchers) key
-    /// answers [`Registration::take_change`](crate::Registration::take_change).
+    /// change to the view (a resource, an error, a revision, a move to another group) is marked
+    /// before any read can see it, and so before the stream's signal is raised. A stream that
+    /// finds no mark skips the read, and must lose nothing by it: a change marked only once
+    /// visible could be skipped by a round that reads another type's new state (a route that
+    /// names a new cluster sent, the cluster skipped). A watch of one
+    /// [`Watchers`](crate::Watchers) key answers
+    /// [`Registration::take_change`](crate::Registration::take_change), with its changes marked
+    /// by [`Watchers::mark`](crate::Watchers::mark) under the lock that publishes them.
     fn take_change(&self) -> bool {
         true
     }

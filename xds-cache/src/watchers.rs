@@ -72,10 +72,12 @@ pub struct Registration<K: Eq + Hash> {
 }
 
 impl<K: Eq + Hash> Registration<K> {
-    /// Whether the key was notified since the last call (or since the registration, for the
-    /// first: a new watch has read nothing yet), and clears the mark: the answer of
-    /// [`Watch::take_change`](crate::Watch::take_change) for a watch of one key. Call it
-    /// before the read it decides: a change notified after it is marked for the next.
+    /// Whether the key was marked ([`Watchers::mark`], [`Watchers::notify`]) since the last call
+    /// (or since the registration, for the first: a new watch has read nothing yet), and clears
+    /// the mark: the answer of [`Watch::take_change`](crate::Watch::take_change) for a watch of
+    /// one key. Call it before the read it decides: a change marked after it is there for the
+    /// next. Exact when the cache marks a change before any read can see it
+    /// ([`Watchers::mark`]).
     pub fn take_change(&self) -> bool {
         self.changed.swap(false, Ordering::AcqRel)
     }
@@ -97,8 +99,21 @@ impl<K: Eq + Hash + Clone> Watchers<K> {
         Registration { registry: Arc::downgrade(&self.registry), key, id, changed }
     }
 
+    /// Marks a change on every registration under `key`, without raising its signal. For
+    /// [`Registration::take_change`] to be exact, call it where no read can see the change yet
+    /// (under the write lock that publishes it), then [`notify`](Self::notify) once the lock is
+    /// released: a stream that finds no mark must find the view as it was. A change marked only
+    /// after it is visible can be skipped by a round that reads another type's new state
+    /// (a route read new, the cluster it names skipped).
+    pub fn mark(&self, key: &K) {
+        if let Some(watchers) = lock(&self.registry).get(key) {
+            watchers.values().for_each(|w| w.changed.store(true, Ordering::Release));
+        }
+    }
+
     /// Marks a change on every registration under `key` and raises its signal. Raising never
-    /// blocks or runs stream code.
+    /// blocks or runs stream code. Call it after the change is published (see
+    /// [`mark`](Self::mark) for a change that must be marked before).
     pub fn notify(&self, key: &K) {
         if let Some(watchers) = lock(&self.registry).get(key) {
             watchers.values().for_each(Watcher::notify);
@@ -114,9 +129,7 @@ impl<K: Eq + Hash + Clone> Watchers<K> {
         }
     }
 
-    /// Marks a change on every registration under a key `pred` accepts, without raising its
-    /// signal: for a change its streams need not hear of now, but must read at their next look
-    /// (see [`Registration::take_change`]).
+    /// [`mark`](Self::mark) of every key `pred` accepts.
     pub fn mark_where(&self, mut pred: impl FnMut(&K) -> bool) {
         for (key, watchers) in lock(&self.registry).iter() {
             if pred(key) {

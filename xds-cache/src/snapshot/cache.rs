@@ -201,6 +201,16 @@ impl SnapshotCache {
                 }
             }
             data.snapshot = Some(snapshot);
+            // Every type the snapshot changed is marked before any stream can read one of them
+            // (the lock is released below): a stream that reads the new routes finds the new
+            // clusters marked, and does not skip them.
+            if first {
+                self.inner.watchers.mark_where(|(g, _)| g == group);
+            } else {
+                for t in &changed_types {
+                    self.inner.watchers.mark(&(group.to_owned(), t.clone()));
+                }
+            }
             (changed_types, first, count)
         };
         if first {
@@ -226,8 +236,12 @@ impl SnapshotCache {
         error: Option<xds_core::ErrorDetail>,
     ) -> bool {
         let state = self.inner.group(group);
-        let changed =
-            write(&state.data).tables.entry(type_url.clone()).or_default().set_error(name, error);
+        let mut data = write(&state.data);
+        let changed = data.tables.entry(type_url.clone()).or_default().set_error(name, error);
+        if changed {
+            self.inner.watchers.mark(&(group.to_owned(), type_url.clone()));
+        }
+        drop(data);
         if changed {
             self.inner.watchers.notify(&(group.to_owned(), type_url.clone()));
         }
@@ -269,9 +283,10 @@ impl SnapshotCache {
             for table in data.tables.values_mut() {
                 table.replace_all(&empty);
             }
+            // Its streams are not woken (they keep what they have), but their next look reads
+            // it: marked before the lock is released, as every change is.
+            self.inner.watchers.mark_where(|(g, _)| g == group);
         }
-        // Its streams are not woken (they keep what they have), but their next look reads it.
-        self.inner.watchers.mark_where(|(g, _)| g == group);
         drop(state);
         self.inner.release(group);
     }

@@ -152,7 +152,8 @@ pub struct Read<K> {
 
 impl<K> Read<K> {
     /// Whether only a change in the view can owe a response to this read: nothing was
-    /// requested since the last round, no heartbeat is due, and the sub-stream
+    /// requested since the last round (but a lone ACK, which owes nothing), no heartbeat is
+    /// due, and the sub-stream
     /// [waits for changes](crate::SubStream::waits_for_changes). A caller that knows the view
     /// did not change since it last lent it (its cache marks changes) may skip the read: the
     /// comparison [`Stream::respond`] would make finds nothing.
@@ -257,8 +258,9 @@ struct Slot<P, R> {
     /// A heartbeat fell due ([`Stream::handle_timeout`]) and goes with the next poll.
     heartbeat_owed: bool,
     /// Something other than its view may make the type owe a response since the last round
-    /// started: a request of it, a heartbeat falling due, a sent RouteConfiguration (rule D10).
-    /// A round after [`Stream::views_unchanged`] reads only such types.
+    /// started: a request of it (but a lone ACK of a client that was sent everything: rule S6),
+    /// a heartbeat falling due, a sent RouteConfiguration (rule D10). A round after
+    /// [`Stream::views_unchanged`] reads only such types.
     touched: bool,
     /// The round under way still reads this type: with whether its removals are held back
     /// (rule O1).
@@ -586,11 +588,13 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// Tells the stream that no view it reads changed since its last round: the caller was woken
     /// by a request or a timer, not by its cache. The next round then reads only the types that
     /// may owe a response for another reason: a request of the type since the last round (an
-    /// ACK lets the next response go, a subscription changed), a heartbeat fallen due, rule D10
-    /// (and, as always, the removals rule O1 held back once the other types are quiet).
+    /// ACK that lets a held-back change go, a subscription changed), a heartbeat fallen due,
+    /// rule D10 (and, as always, the removals rule O1 held back once the other types are
+    /// quiet). A lone ACK of a client that was sent everything owes nothing (rule S6).
     ///
-    /// An ADS stream of five types reads one view for an ACK, not five. A caller that cannot
-    /// tell whether its views changed does not call this: every round reads every type.
+    /// An ADS stream of five types reads no view for a synced client's ACK, and one for a
+    /// request that changes its type's subscription, not five. A caller that cannot tell whether
+    /// its views changed does not call this: every round reads every type.
     pub fn views_unchanged(&mut self) {
         self.views_unchanged = true;
     }

@@ -254,6 +254,8 @@ pub(crate) fn open<P: WireProtocol>(
 /// disabled one's too: a `Sleep` made there looks up the runtime's timer at every turn, where
 /// this makes one only when polled. Boxed: the loop's future is moved whole into and out of
 /// `unfold` for every response, and two `Sleep`s in place made it 456 bytes rather than 248.
+/// (A stream with a deadline, a TTL heartbeat's or the unserved one's, allocates its `Sleep` at
+/// each turn of its loop, where it made one on the stack: every other stream makes none.)
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => Box::pin(sleep_until(at.into())).await,
