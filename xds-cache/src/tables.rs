@@ -274,6 +274,9 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
         let mut created = false;
         let slot = map.tables.entry(key.clone()).or_insert_with(|| {
             created = true;
+            // A new table is a change its watches read (ready now, if empty): marked before
+            // the map's lock that publishes it is released.
+            self.inner.watchers.mark(key);
             let table = if start == 0 { ResourceTable::new() } else { ResourceTable::after(start) };
             Arc::new(Slot { table: RwLock::new(table), removed: AtomicBool::new(false) })
         });

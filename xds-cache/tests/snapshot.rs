@@ -656,3 +656,50 @@ fn a_watch_is_marked_by_the_changes_of_its_type_and_group_alone() {
     assert!(!take_raised(&cds_signal), "not woken");
     assert!(cds.take_change() && eds.take_change(), "but read at the next look");
 }
+
+/// Every type a snapshot changes is marked before a stream can read any of them: a stream that
+/// reads the new listeners finds the clusters of the same snapshot marked, and does not skip
+/// them (a listener sent, the clusters it needs skipped, would break rule O1's order). A reader
+/// reads the listeners' revision, then takes the clusters' mark, and reads the clusters only when
+/// marked, as a stream does; each snapshot moves both revisions by one.
+#[test]
+fn o1_the_types_of_one_snapshot_are_marked_before_any_of_them_is_read() {
+    let cache = SnapshotCache::by_node_id();
+    let snapshot = |i: usize| {
+        let mut b = Snapshot::builder();
+        b.add(&cluster("c", &i.to_string())).unwrap();
+        b.add(&listener("l", &i.to_string())).unwrap();
+        b.build_unchecked()
+    };
+    cache.set_snapshot("envoy-1", snapshot(0));
+    let n = node("envoy-1");
+    let (cds, _) = open(&cache, &n, &url(ResourceType::Cluster), Variant::Delta).unwrap();
+    let (lds, _) = open(&cache, &n, &url(ResourceType::Listener), Variant::Delta).unwrap();
+    let revision = |watch: &dyn xds_cache::Watch| {
+        let mut revision = 0;
+        watch.read(&mut |view| revision = xds_core::View::revision(view));
+        revision
+    };
+    let (lds_base, cds_base) = (revision(&*lds), revision(&*cds));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let (mut known, mut skipped) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let seen = revision(&*lds) - lds_base;
+                if cds.take_change() {
+                    known = revision(&*cds) - cds_base;
+                } else if seen > known {
+                    skipped += 1;
+                }
+            }
+            skipped
+        })
+    };
+    for i in 1..20_000 {
+        cache.set_snapshot("envoy-1", snapshot(i));
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(reader.join().ok(), Some(0), "new listeners seen, their clusters' change unmarked");
+}
