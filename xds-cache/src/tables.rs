@@ -158,11 +158,12 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// streams watching `key` if its revision moved. Returns what `f` returns.
     ///
     /// `f` runs under the table's write lock: streams reading this key wait for it, others do
-    /// not. A change is marked on the key's watches before the lock is released
+    /// not. Encode resources before calling, not inside `f`, and do not call these tables from
+    /// `f` (a concurrent [`remove`](Self::remove) would wait for `f` while `f` waits for it).
+    /// A change is marked on the key's watches before the lock is released
     /// ([`Watchers::mark`](crate::Watchers::mark)), so that a stream finds the mark no later
-    /// than the change. Encode resources before calling, not inside `f`, and do not call these tables from
-    /// `f` (a concurrent [`remove`](Self::remove) would wait for `f` while `f` waits for it). Streams are signalled after the
-    /// lock is released, so a woken stream reads the new state.
+    /// than the change; streams are signalled after the lock is released, so a woken stream
+    /// reads the new state.
     pub fn update<R>(&self, key: &K, f: impl FnOnce(&mut ResourceTable) -> R) -> R {
         let mut created = false;
         loop {
@@ -315,7 +316,8 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
         }
     }
 
-    /// Every change to the key's table (its creation and removal included) notifies the key.
+    /// Every change to the key's table (its creation and removal included) marks the key
+    /// before a read can see it.
     fn take_change(&self) -> bool {
         self.registration.take_change()
     }

@@ -67,7 +67,8 @@ pub struct Registration<K: Eq + Hash> {
     registry: Weak<Registry<K>>,
     key: K,
     id: u64,
-    /// Set by every [`Watchers::notify`] of the key, taken by [`Registration::take_change`].
+    /// Set by [`Watchers::mark`] and [`Watchers::notify`] of the key, taken by
+    /// [`Registration::take_change`].
     changed: Arc<AtomicBool>,
 }
 

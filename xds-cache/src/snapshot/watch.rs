@@ -147,8 +147,9 @@ impl Watch for SnapshotWatch {
         f(&rebased);
     }
 
-    /// A change of the group's table of the type notifies its key; a move to another group is
-    /// marked by `moved_to`, and its new registration starts marked.
+    /// A change of the group's table of the type marks its key before a read can see it (under
+    /// the group's lock); a move to another group is marked by `moved_to`, and its new
+    /// registration starts marked.
     fn take_change(&self) -> bool {
         let st = lock(&self.binding.state);
         let changed = st.registration.as_ref().is_none_or(Registration::take_change);
