@@ -727,7 +727,8 @@ mod tests {
     }
 
     /// A chunk that holds a whole message and more (the next message whole, the start of the
-    /// one after) is decoded in place, and what follows it is read from the buffer; a message
+    /// one after) is decoded from a copy of the message's bytes, and what follows it is read from
+    /// the buffer; a message
     /// bigger than the limit is refused from its header, in a chunk of its own as in the buffer.
     #[tokio::test]
     async fn a_chunk_holding_whole_messages_decodes_each_and_keeps_what_follows() {
