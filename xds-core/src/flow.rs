@@ -79,12 +79,17 @@ impl Flow {
     /// Records a response as sent and returns its nonce.
     pub(crate) fn sent(&mut self, nonces: &mut Nonces) -> String {
         let nonce = nonces.next_nonce();
-        // Written into the string kept for the last one: a nonce is as long as the one before.
-        match &mut self.last_nonce {
-            Some(last) => nonce.clone_into(last),
-            None => self.last_nonce = Some(nonce.clone()),
-        }
+        set_text(&mut self.last_nonce, &nonce);
         self.phase = Phase::InFlight;
         nonce
+    }
+}
+
+/// Sets `slot` to `text` in the string it holds, if any: a sub-stream keeps its last nonce and
+/// version, written at every response, and each is as long as the one before.
+pub(crate) fn set_text(slot: &mut Option<String>, text: &str) {
+    match slot {
+        Some(held) => text.clone_into(held),
+        None => *slot = Some(text.to_owned()),
     }
 }

@@ -244,13 +244,6 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         self.responded && !self.blocked && self.tracker.waits_for_changes(self.traits)
     }
 
-    /// Whether the last request changed nothing but the flow (an ACK or NACK alone) and the
-    /// sub-stream [`waits_for_changes`](Self::waits_for_changes): then no response can be owed
-    /// for the request itself.
-    pub(crate) fn quiet(&self) -> bool {
-        self.quiet_request && self.waits_for_changes()
-    }
-
     /// The response owed to the client given the current `view`, if any.
     #[must_use = "a returned response must be sent"]
     pub fn poll_response<V: View<Resource = R> + ?Sized>(
@@ -291,11 +284,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         let response = P::respond(self, view, nonces, removals == Removals::Defer)?;
         let response = if self.shared_sets { response } else { response.into_listed() };
         self.responded = true;
-        // Written into the string it holds: a type's versions are as long as each other.
-        match &mut self.last_sent_version {
-            Some(last) => response.version().clone_into(last),
-            None => self.last_sent_version = Some(response.version().to_owned()),
-        }
+        crate::flow::set_text(&mut self.last_sent_version, response.version());
         Some(response)
     }
 

@@ -250,8 +250,9 @@ fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
     );
 }
 
-/// An ADS client holding clusters c1, c2 (with endpoints) and a listener routing to c1 and c2.
-fn ads_with_two_clusters() -> (Harness<Delta>, Vec<String>) {
+/// An ADS client holding clusters c1, c2 (with endpoints) and a listener routing to c1 and c2,
+/// each response ACKed (the ACKs not yet taken in by a round).
+fn ads_with_two_clusters() -> Harness<Delta> {
     let mut h = Harness::<Delta>::ads();
     for (t, names_) in [(T::Cds, ["c1", "c2"]), (T::Eds, ["c1", "c2"])] {
         for n in names_ {
@@ -264,8 +265,8 @@ fn ads_with_two_clusters() -> (Harness<Delta>, Vec<String>) {
     h.request(T::Lds, delta(&["*"], &[], ""));
     let out = h.responses();
     assert_eq!(types(&out), [T::Cds, T::Eds, T::Lds]);
-    let nonces = out.iter().map(|o| o.response.nonce.clone()).collect();
-    (h, nonces)
+    ack_all(&mut h, &[T::Cds, T::Eds, T::Lds], &out);
+    h
 }
 
 fn ack_all(h: &mut Harness<Delta>, ts: &[T], responses: &[Outgoing<T, DeltaResponse<Res>>]) {
@@ -276,10 +277,7 @@ fn ack_all(h: &mut Harness<Delta>, ts: &[T], responses: &[Outgoing<T, DeltaRespo
 
 #[test]
 fn o1_removals_wait_until_the_referring_types_are_acked_then_go() {
-    let (mut h, nonces) = ads_with_two_clusters();
-    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
-        h.request(t, delta(&[], &[], n));
-    }
+    let mut h = ads_with_two_clusters();
     // One update: c2 goes, and the listener stops routing to it.
     h.world.view(T::Cds).delete("c2");
     h.world.view(T::Eds).delete("c2");
@@ -314,10 +312,7 @@ fn ack(h: &mut Harness<Delta>, t: T) {
 /// referring type's ACK makes the other types quiet.
 #[test]
 fn o1_a_round_after_views_unchanged_reads_only_the_types_requested_since() {
-    let (mut h, nonces) = ads_with_two_clusters();
-    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
-        h.request(t, delta(&[], &[], n));
-    }
+    let mut h = ads_with_two_clusters();
     h.stream.views_unchanged();
     assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![]), "all three were requested");
     // A new name subscribed: that type only.
@@ -388,11 +383,8 @@ fn round_marked<P: Protocol>(h: &mut Harness<P>) -> (Vec<(T, bool)>, Vec<T>) {
 /// cache marks changes reads only the changed types.
 #[test]
 fn s06_an_ack_owes_nothing_unless_a_change_found_its_response_in_flight() {
-    let (mut h, nonces) = ads_with_two_clusters();
+    let mut h = ads_with_two_clusters();
     // The setup's last poll found the three responses in flight: each ACK is read.
-    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
-        h.request(t, delta(&[], &[], n));
-    }
     h.stream.views_unchanged();
     assert_eq!(round(&mut h), (vec![T::Cds, T::Eds, T::Lds], vec![]));
     let quiet = vec![(T::Cds, true), (T::Eds, true), (T::Lds, true)];
@@ -422,10 +414,7 @@ fn s06_an_ack_owes_nothing_unless_a_change_found_its_response_in_flight() {
 
 #[test]
 fn o1_removals_alone_go_at_once() {
-    let (mut h, nonces) = ads_with_two_clusters();
-    for (t, n) in [T::Cds, T::Eds, T::Lds].into_iter().zip(&nonces) {
-        h.request(t, delta(&[], &[], n));
-    }
+    let mut h = ads_with_two_clusters();
     // Nothing refers to c2 any more and nothing else changes: nothing to wait for.
     h.world.view(T::Cds).delete("c2");
     let out = h.responses();

@@ -100,6 +100,25 @@ async fn acked(t: &TestServer, n: usize) {
     eventually("the ACKs taken in", || count() == n).await;
 }
 
+/// Sets `resource` in the table of `t`, receives the change (asserting it names `resource`
+/// alone), ACKs it, and waits until the server took in `acks` ACKs in all and sent nothing else.
+async fn changed(
+    cache: &Counted,
+    t: &TestServer,
+    client: &mut Delta,
+    type_: ResourceType,
+    resource: EncodedResource,
+    acks: usize,
+) {
+    let name = resource.name().to_owned();
+    cache.tables.update(&type_, |table| table.upsert(resource));
+    let r = client.recv_type(type_).await;
+    assert_eq!(delta_names(&r), [name]);
+    client.ack(&r).await;
+    acked(t, acks).await;
+    client.expect_quiet().await;
+}
+
 /// An update of the endpoints reads the endpoints once, and the clusters not at all; its ACK
 /// reads nothing. The clusters, changed next, are read once and sent.
 #[tokio::test]
@@ -108,22 +127,11 @@ async fn s06_a_change_to_one_type_reads_that_type_and_its_ack_reads_none() {
     let t = serve(cache.clone()).await;
     let mut client = synced(&t).await;
     let before = cache.reads();
-
-    cache.tables.update(&EDS, |t| t.upsert(EncodedResource::new(&cla("a", 2)).unwrap()));
-    let r = client.recv_type(EDS).await;
-    assert_eq!(delta_names(&r), ["a"]);
-    client.ack(&r).await;
-    acked(&t, 3).await;
-    client.expect_quiet().await;
+    let endpoints = EncodedResource::new(&cla("a", 2)).unwrap();
+    changed(&cache, &t, &mut client, EDS, endpoints, 3).await;
     assert_eq!(cache.reads(), [before[0], before[1] + 1], "the endpoints, once");
-
-    let changed = EncodedResource::new(&cluster("b", "2")).unwrap();
-    cache.tables.update(&CDS, |t| t.upsert(changed));
-    let r = client.recv_type(CDS).await;
-    assert_eq!(delta_names(&r), ["b"]);
-    client.ack(&r).await;
-    acked(&t, 4).await;
-    client.expect_quiet().await;
+    let clusters = EncodedResource::new(&cluster("b", "2")).unwrap();
+    changed(&cache, &t, &mut client, CDS, clusters, 4).await;
     assert_eq!(cache.reads(), [before[0] + 1, before[1] + 1], "then the clusters, once");
 }
 
@@ -135,10 +143,7 @@ async fn s06_watches_that_cannot_tell_are_read_at_every_wake() {
     let t = serve(cache.clone()).await;
     let mut client = synced(&t).await;
     let before = cache.reads();
-    cache.tables.update(&EDS, |t| t.upsert(EncodedResource::new(&cla("a", 2)).unwrap()));
-    let r = client.recv_type(EDS).await;
-    client.ack(&r).await;
-    acked(&t, 3).await;
-    client.expect_quiet().await;
+    let endpoints = EncodedResource::new(&cla("a", 2)).unwrap();
+    changed(&cache, &t, &mut client, EDS, endpoints, 3).await;
     assert_eq!(cache.reads(), [before[0] + 1, before[1] + 1], "both types, once each");
 }

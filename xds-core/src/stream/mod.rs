@@ -270,6 +270,12 @@ struct Slot<P, R> {
 }
 
 impl<P: Protocol, R: Resource> Slot<P, R> {
+    /// Whether only a change in the type's view can owe a response: no heartbeat is owed, and
+    /// the sub-stream [waits for changes](SubStream::waits_for_changes).
+    fn waits_for_changes(&self) -> bool {
+        !self.heartbeat_owed && self.sub.waits_for_changes()
+    }
+
     /// When a heartbeat falls due: half the shortest held TTL after the last response, so the
     /// client renews well before anything expires.
     ///
@@ -463,7 +469,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         // change since would have found the response in flight, and is owed), so a round after
         // it that knows the views unchanged need not read this type.
         let acked = matches!(handled.kind, RequestKind::Ack { .. });
-        if !(acked && slot.sub.quiet() && !slot.heartbeat_owed) {
+        if !(acked && slot.sub.quiet_request && slot.waits_for_changes()) {
             slot.touched = true;
         }
         let subscribed = slot.sub.name_count();
@@ -552,10 +558,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 let touched = std::mem::take(&mut slot.touched);
                 let defer = ads && slot.role == TypeRole::RemovedLast;
                 slot.pending = (touched || !unchanged).then_some(defer);
-                slot.needs_change = slot.pending.is_some()
-                    && !touched
-                    && !slot.heartbeat_owed
-                    && slot.sub.waits_for_changes();
+                slot.needs_change = slot.pending.is_some() && !touched && slot.waits_for_changes();
             }
             self.round = Some(Round { second_pass_owed: ads });
         }
