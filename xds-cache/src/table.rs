@@ -69,6 +69,10 @@ struct Entry {
 pub struct ResourceTable {
     /// Names are the resources' own shared strings: indexing a resource copies no name.
     entries: BTreeMap<Arc<str>, Entry>,
+    /// The resource the latest [`upsert`](Self::upsert) put in `entries`, while it is there. A
+    /// change is read by every stream that holds the resource, one after the other: each finds
+    /// it here with one comparison instead of a search of `entries`.
+    latest: Option<EncodedResource>,
     /// Latest revision of each name -> the name (live or deleted).
     changes: BTreeMap<u64, Arc<str>>,
     /// Deleted names -> the revision of their deletion.
@@ -168,6 +172,7 @@ impl ResourceTable {
         self.version.insert(&name, resource.version());
         self.changes.insert(self.revision, name.clone());
         let domains = vhds::domains(&resource);
+        self.latest = Some(resource.clone());
         self.entries.insert(name, Entry { resource, revision: self.revision, domains });
         self.set = SetCache::default();
         true
@@ -182,6 +187,7 @@ impl ResourceTable {
     /// [`delete`](Self::delete) of a name already in normal form.
     pub(crate) fn delete_normal(&mut self, name: &str) -> bool {
         let Some((name, old)) = self.entries.remove_entry(name) else { return false };
+        self.latest = None;
         self.set = SetCache::default();
         self.changes.remove(&old.revision);
         self.version.remove(&name, old.resource.version());
@@ -327,10 +333,13 @@ impl View for ResourceTable {
     }
 
     fn version(&self) -> String {
-        self.version.to_string()
+        self.version.text()
     }
 
     fn get(&self, name: &str) -> Option<EncodedResource> {
+        if let Some(latest) = self.latest.as_ref().filter(|r| r.name() == name) {
+            return Some(latest.clone());
+        }
         self.entries.get(name).map(|e| e.resource.clone())
     }
 
@@ -449,6 +458,32 @@ mod tests {
     fn changed(t: &ResourceTable, since: u64) -> Option<Vec<String>> {
         let mut v = Vec::new();
         t.changed_since(since, &mut |n| v.push(n.to_owned())).then_some(v)
+    }
+
+    /// The latest upsert is found without a search, and only while it is what the table holds.
+    #[test]
+    fn a_lookup_finds_what_the_table_holds_whichever_change_came_last() {
+        let mut t = ResourceTable::default();
+        let stat = |t: &ResourceTable, name: &str| {
+            View::get(t, name).map(|r| r.decode::<Cluster>().unwrap().alt_stat_name)
+        };
+        t.upsert(cluster("a", "1"));
+        t.upsert(cluster("b", "1"));
+        assert_eq!(stat(&t, "b").as_deref(), Some("1"), "the latest");
+        assert_eq!(stat(&t, "a").as_deref(), Some("1"), "an earlier one");
+        assert!(!t.upsert(cluster("a", "1")), "no change");
+        assert_eq!(stat(&t, "b").as_deref(), Some("1"));
+        t.upsert(cluster("a", "2"));
+        assert_eq!(stat(&t, "a").as_deref(), Some("2"));
+        t.delete("a");
+        assert_eq!(stat(&t, "a"), None, "deleted, though it was the latest");
+        assert_eq!(stat(&t, "b").as_deref(), Some("1"));
+        t.upsert(cluster("c", "1"));
+        t.upsert(cluster("b", "3"));
+        t.set_all([cluster("c", "1")]);
+        assert_eq!(stat(&t, "b"), None, "deleted by set_all, which upserted nothing after");
+        assert_eq!(stat(&t, "c").as_deref(), Some("1"));
+        assert_eq!(stat(&t, "d"), None);
     }
 
     #[test]

@@ -53,6 +53,13 @@ impl TypeVersion {
         self.0 ^= entry_hash(name, version);
     }
 
+    /// The version as text, in one exact allocation: the formatting machinery of `to_string`
+    /// costs more than the digits (a table is asked for its version at each response).
+    pub fn text(self) -> String {
+        // The check costs less than a char at a time.
+        String::from_utf8(self.hex().to_vec()).expect("hex digits are ASCII")
+    }
+
     /// The 16 lower-case hex digits, written without the formatting machinery: a delta response
     /// names its type's version, so this is done once per response.
     fn hex(self) -> [u8; 16] {
@@ -94,6 +101,8 @@ mod tests {
             let version = TypeVersion(value);
             let expected = format!("{value:016x}");
             assert_eq!(version.to_string(), expected);
+            assert_eq!(version.text(), expected);
+            assert_eq!(version.text().capacity(), 16, "one exact allocation");
             assert_eq!(format!("{version:>18}"), format!("  {expected}"));
         }
     }

@@ -197,6 +197,17 @@ struct Comparing<'a, V: ?Sized> {
     forced: &'a BTreeSet<String>,
 }
 
+/// How a comparison looks a name up in the base it shares with other clients.
+#[derive(Clone, Copy)]
+enum BaseLookup {
+    /// The one name a change reported: every client of the base looks it up, one after the
+    /// other ([`ResourceSet::get_changed`]).
+    Changed,
+    /// A name of this client's own comparison (a full one, a resumption): a plain search, which
+    /// writes nothing into the shared base.
+    Own,
+}
+
 /// Whether `name` is covered by the subscription (the wildcard, its name, or a glob it is a
 /// member of: rule C2), and so by a tracker's base.
 fn covers(sub: &Subscription, name: &str) -> bool {
@@ -292,18 +303,30 @@ impl<R: Resource> Tracker<R> {
 
     /// What the client holds under `name`: `None` when nothing.
     pub(crate) fn get(&self, name: &str, sub: &Subscription) -> Option<HeldRef<'_, R>> {
-        self.held_as(name, || covers(sub, name))
+        self.held_as(name, || covers(sub, name), BaseLookup::Own)
     }
 
     /// [`get`](Self::get), told whether the subscription covers `name` (asked only if the base
     /// is looked at) by a caller that already knows part of the answer.
-    fn held_as(&self, name: &str, covered: impl FnOnce() -> bool) -> Option<HeldRef<'_, R>> {
+    fn held_as(
+        &self,
+        name: &str,
+        covered: impl FnOnce() -> bool,
+        lookup: BaseLookup,
+    ) -> Option<HeldRef<'_, R>> {
         match self.held.get(name) {
             Some(HeldRef::Dropped) => None,
             Some(held) => Some(held),
             None => {
                 let base = self.base.as_ref()?;
-                if covered() { base.get(name).map(HeldRef::Sent) } else { None }
+                if !covered() {
+                    return None;
+                }
+                let found = match lookup {
+                    BaseLookup::Changed => base.get_changed(name),
+                    BaseLookup::Own => base.get(name),
+                };
+                found.map(HeldRef::Sent)
             }
         }
     }
@@ -552,13 +575,11 @@ impl<R: Resource> Tracker<R> {
     ) -> (Diff<R>, Commit<R>) {
         // What changed since the last comparison, if the view can tell: asked once, here.
         let changed = self.synced.and_then(|revision| {
-            let mut names = BTreeSet::new();
-            let told = view.changed_since(revision, &mut |n| {
-                names.insert(n.to_owned());
-            });
+            let mut names = Vec::new();
+            let told = view.changed_since(revision, &mut |n| names.push(n.to_owned()));
             told.then_some(names)
         });
-        if changed.as_ref().is_some_and(BTreeSet::is_empty) && self.owes_nothing_unchanged(traits) {
+        if changed.as_ref().is_some_and(Vec::is_empty) && self.owes_nothing_unchanged(traits) {
             // Nothing changed and nothing is owed whatever the view holds: the comparison finds
             // nothing, known without a lookup. A stream compares every type it has at each wake
             // (a change to one type, an ACK): most of those comparisons are this one.
@@ -827,7 +848,7 @@ impl<R: Resource> Tracker<R> {
         names.extend(sub.names().iter().filter(|n| set.get(n).is_none()).cloned());
         names.extend(forced.iter().cloned());
         commit.settle_declared = true;
-        self.compare_names(names, comparing, commit)
+        self.compare_names(names.into_iter().collect(), BaseLookup::Own, comparing, commit)
     }
 
     /// Compares every candidate name: the slow path, for clients that hold something and whose
@@ -836,45 +857,56 @@ impl<R: Resource> Tracker<R> {
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
-        changed: Option<BTreeSet<String>>,
+        changed: Option<Vec<String>>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
+        let one_change = changed.as_ref().is_some_and(|names| names.len() == 1);
         let names = self.candidates(comparing, set, changed);
-        self.compare_names(names, comparing, commit)
+        // The base remembers one name: it serves the comparison of a single change, which every
+        // client of the base makes in turn. Of several names, each would move it for the next;
+        // a name forced or put off is this client's alone.
+        let one_change = one_change && names.len() == 1;
+        let lookup = if one_change { BaseLookup::Changed } else { BaseLookup::Own };
+        self.compare_names(names, lookup, comparing, commit)
     }
 
     /// Compares each of `names` ([`compare_name`](Self::compare_name)).
     fn compare_names<V: View<Resource = R> + ?Sized>(
         &self,
-        names: BTreeSet<String>,
+        names: Vec<String>,
+        lookup: BaseLookup,
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
         let mut found = Found { send: Vec::new(), aliased: false, diff: Diff::default() };
         for name in names {
-            self.compare_name(&name, comparing, &mut found, commit);
+            self.compare_name(&name, lookup, comparing, &mut found, commit);
         }
         found.into_diff()
     }
 
+    /// The names a comparison looks at, in order, each once. A list sorted at the end rather
+    /// than a set kept sorted: an update's comparison looks at the one name that changed, and a
+    /// full one is given a few runs already in order (the view's names, the subscription's, the
+    /// held ones), which a stable sort finds and merges.
     fn candidates<V: View<Resource = R> + ?Sized>(
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
-        changed: Option<BTreeSet<String>>,
-    ) -> BTreeSet<String> {
+        changed: Option<Vec<String>>,
+    ) -> Vec<String> {
         let Comparing { sub, traits, view, .. } = *comparing;
         let incremental = changed.is_some();
         let mut names = changed.unwrap_or_default();
         if !incremental {
             if sub.is_wildcard() {
                 view.for_each(&mut |r| {
-                    names.insert(r.name().to_owned());
+                    names.push(r.name().to_owned());
                 });
             } else {
                 for glob in sub.globs() {
                     each_member(view, set, glob, &mut |r| {
-                        names.insert(r.name().to_owned());
+                        names.push(r.name().to_owned());
                     });
                 }
             }
@@ -887,6 +919,8 @@ impl<R: Resource> Tracker<R> {
         }
         names.extend(comparing.forced.iter().cloned());
         names.extend(self.deferred.iter().cloned());
+        names.sort();
+        names.dedup();
         names
     }
 
@@ -896,6 +930,7 @@ impl<R: Resource> Tracker<R> {
     fn compare_name<V: View<Resource = R> + ?Sized>(
         &self,
         name: &str,
+        lookup: BaseLookup,
         comparing: &Comparing<'_, V>,
         found: &mut Found<R>,
         commit: &mut Commit<R>,
@@ -924,7 +959,7 @@ impl<R: Resource> Tracker<R> {
         let changes = &mut commit.changes;
         match resolved {
             Some((resource, via_alias)) if interested => {
-                let held = self.held_as(name, covered);
+                let held = self.held_as(name, covered, lookup);
                 let declared = matches!(held, Some(HeldRef::Declared(_)));
                 let key = || if via_alias { Arc::from(name) } else { resource.shared_name() };
                 if forced || held.and_then(HeldRef::version) != Some(resource.version()) {
@@ -948,7 +983,7 @@ impl<R: Resource> Tracker<R> {
                 // Exists but is no longer of interest: the client drops it on its own.
                 changes.push(Holding::Unhold(name.to_owned()));
             }
-            None => match self.held_as(name, covered) {
+            None => match self.held_as(name, covered, lookup) {
                 // Rule O1 puts a removal off, unless the client just (re)subscribed to the name
                 // (rules D2, S12): it waits for that answer, and ordering must never hold back
                 // what a client waits for (rule O2).

@@ -96,11 +96,20 @@ impl<W: Framed> Writing<W> {
         Ok(Writing { message, next: Next::Head, remaining: HEADER + len })
     }
 
+    /// Makes room in `buf` for the rest of the chunk it is becoming: the bytes the message still
+    /// owes, at most about a chunk's worth. `remaining` still counts what `buf` holds, so the
+    /// room asked for is measured from the chunk's start: asking for `remaining` more after the
+    /// head was written would grow (and copy) every small message's buffer.
+    fn reserve(&self, buf: &mut BytesMut) {
+        let chunk = self.remaining.min(CHUNK + CHUNK / 4);
+        buf.reserve(chunk.saturating_sub(buf.len()));
+    }
+
     /// The next chunk, and whether it is the message's last.
     fn chunk(&mut self) -> (Bytes, bool) {
         let mut buf = BytesMut::new();
         if let Next::Head = self.next {
-            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
+            self.reserve(&mut buf);
             // `start` checked that the length fits.
             let len = u32::try_from(self.remaining - HEADER).unwrap_or(u32::MAX);
             buf.put_slice(&frame::header(len));
@@ -132,7 +141,7 @@ impl<W: Framed> Writing<W> {
                 self.remaining = self.remaining.saturating_sub(chunk.len());
                 return (chunk, false);
             }
-            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
+            self.reserve(&mut buf);
             buf.put_slice(&shared[at.min(shared.len())..]);
             self.next = Next::Part(0);
         }
@@ -140,10 +149,8 @@ impl<W: Framed> Writing<W> {
             Next::Part(i) => i,
             Next::Head | Next::Shared(_) => 0,
         };
-        if buf.capacity() == 0 {
-            // A chunk of parts only: its size up front, not grown by doubling as parts go in.
-            buf.reserve(self.remaining.min(CHUNK + CHUNK / 4));
-        }
+        // A chunk of parts only: its size up front, not grown by doubling as parts go in.
+        self.reserve(&mut buf);
         let parts = self.message.parts();
         while i < parts && buf.len() < CHUNK {
             self.message.put_part(i, &mut buf);
@@ -318,6 +325,20 @@ mod tests {
         let decoded = messages(&all);
         assert_eq!(decoded[0].resources.len(), 3_000);
         assert_eq!(decoded[1].version_info, "v2");
+    }
+
+    /// A small message is one chunk in one buffer of its exact size: the head and the parts go
+    /// into the room reserved up front, with no second allocation and no copy.
+    #[test]
+    fn a_small_message_is_one_chunk_in_a_buffer_of_its_size() {
+        let message = response(3, "v1");
+        let expected = message.encoded_len() + HEADER;
+        let mut writing = Writing::start(message).unwrap();
+        let (chunk, last) = writing.chunk();
+        assert!(last, "a small message is one chunk");
+        assert_eq!(chunk.len(), expected);
+        let buffer = chunk.try_into_mut().expect("the chunk owns its buffer");
+        assert_eq!(buffer.capacity(), expected, "reserved once, for the whole message");
     }
 
     #[tokio::test]

@@ -20,11 +20,10 @@ use crate::status::{
 /// search compared the long prefix every type URL shares ("type.googleapis.com/envoy."), twice.
 fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
     let key = type_key.as_str();
-    if !status.types.keys().any(|k| k == key) {
-        status.types.insert(key.to_owned(), Box::default());
+    match status.types.keys().position(|k| k == key) {
+        Some(i) => status.types.values_mut().nth(i).map(|ts| &mut **ts).expect("found above"),
+        None => status.types.entry(key.to_owned()).or_default(),
     }
-    let found = status.types.iter_mut().find(|(k, _)| *k == key);
-    found.map(|(_, ts)| &mut **ts).expect("inserted above when missing")
 }
 
 /// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
@@ -48,10 +47,11 @@ pub(super) fn record(
 ) {
     let mut status = lock(status);
     let mut log = lock(log);
-    let now = now_ms();
     for event in events {
+        // The wall clock is read by the events that keep a time (an ACK keeps none).
         match event {
             Event::Request { type_key, subscribed, unsubscribed } => {
+                let now = now_ms();
                 type_status(&mut status, type_key).last_request_ms = now;
                 if !subscribed.is_empty() || !unsubscribed.is_empty() {
                     let what = StreamEventKind::subscribed(subscribed, unsubscribed.len());
@@ -72,6 +72,7 @@ pub(super) fn record(
                 log.acked(label, latency.map(|l| l.as_millis() as u64));
             }
             Event::Nack { type_key, rejected_version, kept_version, nonce, error } => {
+                let now = now_ms();
                 shared.metrics.nack(variant, shared.label(type_key));
                 // The driver asked the cache for the group again before this NACK was recorded.
                 shared.metrics.group_nack(status.group.as_deref(), shared.label(type_key));
@@ -102,9 +103,10 @@ pub(super) fn record(
             Event::Stale { type_key } => {
                 let label = shared.label(type_key);
                 shared.metrics.stale(variant, label);
-                log.push(now, Some(label), StreamEventKind::Stale);
+                log.push(now_ms(), Some(label), StreamEventKind::Stale);
             }
             Event::Sent { type_key, version, nonce, resources, heartbeat } => {
+                let now = now_ms();
                 let ts = type_status(&mut status, type_key);
                 set_text(&mut ts.sent_version, version);
                 set_text(&mut ts.sent_nonce, nonce);
@@ -167,7 +169,38 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: &[Event<Type
 
 #[cfg(test)]
 mod tests {
-    use super::set_text;
+    use xds_proto::{ResourceType, TypeUrl};
+
+    use super::{StreamStatus, set_text, type_status};
+
+    /// Each type finds its own status, whichever order the types came in and whether or not its
+    /// status existed; the first lookup creates it, once.
+    #[test]
+    fn a_type_finds_its_own_status_and_creates_it_once() {
+        let mut status = StreamStatus {
+            stream: 1,
+            variant: "delta",
+            node_id: String::new(),
+            node_cluster: String::new(),
+            opened_ms: 0,
+            types: Default::default(),
+            group: None,
+            unserved_since_ms: None,
+            unserved_types: Vec::new(),
+            events: Vec::new(),
+            node: None,
+        };
+        let types = [ResourceType::Listener, ResourceType::Cluster, ResourceType::Secret]
+            .map(TypeUrl::from);
+        for (i, type_url) in types.iter().enumerate() {
+            type_status(&mut status, type_url).sent_ms = i as u64 + 1;
+        }
+        for (i, type_url) in types.iter().enumerate().rev() {
+            assert_eq!(type_status(&mut status, type_url).sent_ms, i as u64 + 1, "{type_url}");
+        }
+        assert_eq!(status.types.len(), 3);
+        assert_eq!(status.types[types[2].as_str()].sent_ms, 3);
+    }
 
     #[test]
     fn a_status_text_is_written_into_the_string_it_holds() {
