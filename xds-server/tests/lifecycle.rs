@@ -178,6 +178,25 @@ async fn callbacks_count_acks_and_nacks() {
     eventually("the stream closed", || counts.closed.load(Ordering::SeqCst) == 1).await;
 }
 
+/// A stream whose client closed its side has let go of everything by the time the client sees
+/// its end: its `on_stream_closed` was called and the status registry no longer lists it (the
+/// driver drops itself in the poll that ends the stream; the transport drops the body just after
+/// sending the end, so this holds either way here, and fails if the driver outlives its stream).
+#[tokio::test]
+async fn a_stream_is_closed_before_the_client_sees_it_end() {
+    let (t, _, counts) = recorded().await;
+    for round in 1..=20 {
+        let mut ads = Sotw::ads(&t, "n1").await;
+        ads.subscribe(CDS, &[], None).await;
+        let cds = ads.recv_type(CDS).await;
+        ads.ack(&cds).await;
+        ads.close_requests();
+        assert!(ads.recv_end().await.is_none(), "a clean end");
+        assert_eq!(counts.closed.load(Ordering::SeqCst), round, "closed before its end was sent");
+        assert!(t.server.status().is_empty(), "no stream left in the status registry");
+    }
+}
+
 /// A regroup moves a live stream to another group: its next NACK names the group it now gets
 /// its configuration from, not the one it joined.
 #[tokio::test]

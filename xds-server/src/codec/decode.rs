@@ -15,7 +15,6 @@
 //! bytes alone ([`KnownLists`]), without walking its 10,000 fields.
 
 use std::collections::hash_map::RandomState;
-use std::future::poll_fn;
 use std::hash::BuildHasher;
 use std::ops::Range;
 use std::pin::Pin;
@@ -578,16 +577,17 @@ impl<T: Incoming> Requests<T> {
         Requests { body, buf: BytesMut::new(), max, ended: false, memo: T::Memo::default() }
     }
 
-    /// The next message; `None` once the client closed its side. Errors as tonic's request
-    /// stream gives them: `OutOfRange` for a message over the limit, `Internal` for one that does
-    /// not decode, the transport's status for a broken connection.
-    ///
-    /// Cancel-safe: everything read is kept in `self`, so a `select!` may drop the future.
-    pub(crate) async fn message(&mut self) -> Result<Option<T>, Status> {
-        poll_fn(|cx| self.poll_message(cx)).await
+    /// [`poll_message`](Self::poll_message) as a future, for tests.
+    #[cfg(test)]
+    async fn message(&mut self) -> Result<Option<T>, Status> {
+        std::future::poll_fn(|cx| self.poll_message(cx)).await
     }
 
-    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<T>, Status>> {
+    /// The next message; `None` once the client closed its side. Errors as tonic's request
+    /// stream gives them: `OutOfRange` for a message over the limit, `Internal` for one that does
+    /// not decode, the transport's status for a broken connection. Everything read is kept in
+    /// `self`: a `Pending` loses nothing.
+    pub(crate) fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<T>, Status>> {
         loop {
             if let Some(message) = self.decode()? {
                 return Poll::Ready(Ok(Some(message)));

@@ -31,13 +31,15 @@
 //! streams join through the gate rather than all at once.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use tokio::time::sleep_until;
+use tokio::time::{Sleep, sleep_until};
 
 use futures_util::Stream;
 use tonic::Status;
@@ -157,6 +159,12 @@ struct Driver<P: WireProtocol> {
     permit: Option<oneshot::Sender<()>>,
     /// Since when the cache has served the node nothing of a type it asked for, if it has not.
     unserved_since: Option<Instant>,
+    /// A wait for a join permit under way, and what the stream does once it has it.
+    waiting: Option<(PermitFuture, AfterPermit<P::WireRequest>)>,
+    /// The core's timer (TTL heartbeats), while it names a time.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The unserved deadline's timer, while there is one.
+    give_up: Option<Pin<Box<Sleep>>>,
     /// Its handles on the server's counters of its types, counted without a lock.
     counters: StreamCounters,
 }
@@ -214,6 +222,9 @@ pub(crate) fn open<P: WireProtocol>(
         join: Join::new(shared.join_gate.is_some(), shared.config.join_max_wait),
         permit: None,
         unserved_since: None,
+        waiting: None,
+        timer: None,
+        give_up: None,
         counters: StreamCounters::default(),
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
         info,
@@ -241,37 +252,86 @@ pub(crate) fn open<P: WireProtocol>(
         node = tracing::field::Empty
     );
     tracing::debug!(parent: &span, "stream opened");
-    // The driver is boxed: `unfold` moves its state into each item's future and back out, and
-    // moving the driver itself (some 700 bytes) took a dozen copies per response.
-    let items = futures_util::stream::unfold(Box::new(driver), |mut d| async move {
-        let item = d.next().await?;
-        Some((item, d))
-    });
-    Ok(Box::pin(InSpan { items: Box::pin(items), span }))
+    // One allocation for the driver, polled in place until the stream ends.
+    Ok(Box::pin(InSpan { items: Items(Some(Box::new(driver))), span }))
 }
 
-/// Sleeps until `at`, if some. A `select!` makes every branch's future at each turn, a
-/// disabled one's too: a `Sleep` made there looks up the runtime's timer at every turn, where
-/// this makes one only when polled. Boxed: the loop's future is moved whole into and out of
-/// `unfold` for every response, and two `Sleep`s in place made it 456 bytes rather than 248.
-/// (A stream with a deadline, a TTL heartbeat's or the unserved one's, allocates its `Sleep` at
-/// each turn of its loop, where it made one on the stack: every other stream makes none.)
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => Box::pin(sleep_until(at.into())).await,
-        None => std::future::pending().await,
+/// The response stream: the driver's loop, polled by the response body. A hand-made stream
+/// rather than an `async` loop under `unfold`: that moved the loop's future into and out of
+/// `unfold` for every response, and made a `select!` of four futures at every turn.
+///
+/// The driver is dropped in the poll that ends the stream, inside the stream's span, as
+/// `unfold` did: its watches, its join permit, its place under `max_streams` and the
+/// `on_stream_closed` callback are let go before the transport sends the stream's end, not
+/// when the transport drops the body.
+struct Items<P: WireProtocol>(Option<Box<Driver<P>>>);
+
+impl<P: WireProtocol> Stream for Items<P> {
+    type Item = Result<P::Wire, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(driver) = this.0.as_mut() else { return Poll::Ready(None) };
+        let item = ready!(driver.poll_item(cx));
+        if item.is_none() {
+            this.0 = None;
+        }
+        Poll::Ready(item)
     }
+}
+
+/// What a wait for a join permit came to.
+enum PermitWait {
+    Granted(super::permits::Permit),
+    /// `ServerConfig::join_max_wait` passed: the stream goes on ungated.
+    TooLong,
+    /// The server shuts down.
+    Stopped,
+}
+
+/// A wait for a join permit, owning what it waits on (the gate, the shutdown token): it lives
+/// in the driver while the driver is polled. Boxed: only a joining stream under the gate waits.
+type PermitFuture = Pin<Box<dyn Future<Output = PermitWait> + Send>>;
+
+/// What a stream does once it has its permit.
+enum AfterPermit<R> {
+    /// Writes the response at the head of its outbox.
+    Write,
+    /// Takes in its first request.
+    Request(Box<R>),
+}
+
+/// Polls the timer in `slot` for `at`: set, moved or dropped as `at` says. The `Sleep` is made
+/// when a deadline first appears and moved with it after: a stream with a TTL heartbeat keeps
+/// one (it made one at every turn of its loop), and the others make none. A deadline that has
+/// passed is ready at every poll, as a new `Sleep` for it would be.
+fn poll_deadline(
+    slot: &mut Option<Pin<Box<Sleep>>>,
+    at: Option<Instant>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let Some(at) = at.map(tokio::time::Instant::from_std) else {
+        // Dropped, so that a deadline gone wakes no one.
+        *slot = None;
+        return Poll::Pending;
+    };
+    match slot {
+        Some(sleep) if sleep.deadline() == at => {}
+        Some(sleep) => sleep.as_mut().reset(at),
+        None => *slot = Some(Box::pin(sleep_until(at))),
+    }
+    slot.as_mut().map_or(Poll::Pending, |sleep| sleep.as_mut().poll(cx))
 }
 
 /// A stream polled inside `span`: the span entered for each poll, as `Instrument` does for a
 /// future, without a copy of the span per item (each a reference count the subscriber keeps,
 /// taken and dropped per response).
 struct InSpan<S> {
-    items: Pin<Box<S>>,
+    items: S,
     span: tracing::Span,
 }
 
-impl<S: Stream> Stream for InSpan<S> {
+impl<S: Stream + Unpin> Stream for InSpan<S> {
     type Item = S::Item;
 
     fn poll_next(
@@ -280,95 +340,115 @@ impl<S: Stream> Stream for InSpan<S> {
     ) -> std::task::Poll<Option<S::Item>> {
         let this = self.get_mut();
         let _entered = this.span.enter();
-        this.items.as_mut().poll_next(cx)
+        Pin::new(&mut this.items).poll_next(cx)
     }
 }
 
 impl<P: WireProtocol> Driver<P> {
-    async fn next(&mut self) -> Option<Result<P::Wire, Status>> {
+    /// The loop: the next response to write, the end of the stream, or `Pending` with the task
+    /// registered with every source that can wake it (the request stream, the cache signal, the
+    /// core's timer, the unserved deadline, a join permit awaited). Each turn writes what is
+    /// owed first, then takes what woke the stream, in order: a request, the cache signal, a
+    /// timer; and responds.
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<P::Wire, Status>>> {
         loop {
+            if let Some((wait, _)) = self.waiting.as_mut() {
+                let outcome = ready!(wait.as_mut().poll(cx));
+                let after = self.waiting.take().map(|(_, after)| after);
+                if !self.permitted(outcome) {
+                    return Poll::Ready(Some(Err(self.shutting_down())));
+                }
+                match after {
+                    Some(AfterPermit::Request(request)) => {
+                        if let Err(status) = self.take_request(*request) {
+                            return Poll::Ready(Some(Err(status)));
+                        }
+                        self.respond();
+                        continue;
+                    }
+                    Some(AfterPermit::Write) | None => return Poll::Ready(self.write()),
+                }
+            }
             if let Some(&(_, resources)) = self.outbox.front() {
                 if let Some(lane) = self.join.before_write(resources)
-                    && !self.wait_for_permit(lane).await
+                    && let Some(wait) = self.permit_wait(lane)
                 {
-                    return Some(Err(self.shutting_down()));
+                    self.waiting = Some((wait, AfterPermit::Write));
+                    continue;
                 }
-                self.join.wrote(resources);
-                let wire = self.outbox.pop_front().map(|(wire, _)| Ok(wire));
-                if self.outbox.is_empty() {
-                    // Room for one between rounds, as the core keeps its queues: the room the
-                    // storm's responses grew would stay reserved for the life of the stream.
-                    self.outbox.shrink_to(1);
-                }
-                return wire;
+                return Poll::Ready(self.write());
             }
             if self.done {
-                return None;
+                return Poll::Ready(None);
             }
             if self.shared.is_stopping() {
-                return Some(Err(self.shutting_down()));
+                return Poll::Ready(Some(Err(self.shutting_down())));
             }
             // Everything owed was taken by the transport (this is polled again).
             if self.join.drained() {
                 self.permit = None;
             }
-            let timeout = lock(&self.state.core).poll_timeout();
-            let give_up = self.unserved_deadline();
-            // No `.await` in the branches below: what a branch holds across one is kept in this
-            // loop's state for the stream's life, and a request (720 bytes, twice: the bound one
-            // and the select's output) made that state 2.2 KB a stream. The one request that
-            // waits (for a join permit) waits below, boxed.
-            let gated = tokio::select! {
-                biased;
-                message = self.requests.message() => match message {
-                    Ok(Some(request)) => match self.join.first_request(P::resumes(&request)) {
-                        Some(lane) => Some((lane, Box::new(request))),
-                        None => {
-                            if let Err(status) = self.take_request(request) {
-                                return Some(Err(status));
-                            }
-                            None
-                        }
-                    },
-                    // The client closed its side: nothing left to do.
-                    Ok(None) => return None,
-                    // A request that did not decode (too large, malformed) or a broken transport:
-                    // end the stream and tell the client why (a gone client simply won't hear it).
-                    Err(status) => {
-                        self.done = true;
-                        return Some(Err(self.request_error(status)));
+            match self.requests.poll_message(cx) {
+                Poll::Ready(Ok(Some(request))) => {
+                    if let Some(lane) = self.join.first_request(P::resumes(&request))
+                        && let Some(wait) = self.permit_wait(lane)
+                    {
+                        self.waiting = Some((wait, AfterPermit::Request(Box::new(request))));
+                        continue;
                     }
-                },
-                // The cache, or the server's shutdown (`Shared::watch_shutdown`).
-                _ = self.signal.raised() => {
-                    if self.shared.is_stopping() {
-                        return Some(Err(self.shutting_down()));
+                    if let Err(status) = self.take_request(request) {
+                        return Poll::Ready(Some(Err(status)));
                     }
-                    None
+                    self.respond();
+                    continue;
                 }
-                // The core's timer (TTL heartbeats). It names no time while a response awaits its
-                // ACK, so a client that does not answer cannot make this loop spin.
-                _ = sleep_until_some(timeout), if timeout.is_some() => {
-                    lock(&self.state.core).handle_timeout(Instant::now());
-                    self.views_unchanged_unless_raised();
-                    None
-                }
-                // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
-                _ = sleep_until_some(give_up), if give_up.is_some() => {
+                // The client closed its side: nothing left to do.
+                Poll::Ready(Ok(None)) => return Poll::Ready(None),
+                // A request that did not decode (too large, malformed) or a broken transport:
+                // end the stream and tell the client why (a gone client simply won't hear it).
+                Poll::Ready(Err(status)) => {
                     self.done = true;
-                    return Some(Err(self.unserved_status()));
+                    return Poll::Ready(Some(Err(self.request_error(status))));
                 }
-            };
-            if let Some((lane, request)) = gated {
-                if !self.wait_for_permit(lane).await {
-                    return Some(Err(self.shutting_down()));
-                }
-                if let Err(status) = self.take_request(*request) {
-                    return Some(Err(status));
-                }
+                Poll::Pending => {}
             }
-            self.respond();
+            // The cache, or the server's shutdown (`Shared::watch_shutdown`).
+            if self.signal.poll_raised(cx).is_ready() {
+                if self.shared.is_stopping() {
+                    return Poll::Ready(Some(Err(self.shutting_down())));
+                }
+                self.respond();
+                continue;
+            }
+            // The core's timer (TTL heartbeats). It names no time while a response awaits its
+            // ACK, so a client that does not answer cannot make this loop spin.
+            let timeout = lock(&self.state.core).poll_timeout();
+            if poll_deadline(&mut self.timer, timeout, cx).is_ready() {
+                lock(&self.state.core).handle_timeout(Instant::now());
+                self.views_unchanged_unless_raised();
+                self.respond();
+                continue;
+            }
+            // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
+            let give_up = self.unserved_deadline();
+            if poll_deadline(&mut self.give_up, give_up, cx).is_ready() {
+                self.done = true;
+                return Poll::Ready(Some(Err(self.unserved_status())));
+            }
+            return Poll::Pending;
         }
+    }
+
+    /// Hands the response at the head of the outbox to the transport.
+    fn write(&mut self) -> Option<Result<P::Wire, Status>> {
+        let (wire, resources) = self.outbox.pop_front()?;
+        self.join.wrote(resources);
+        if self.outbox.is_empty() {
+            // Room for one between rounds, as the core keeps its queues: the room the storm's
+            // responses grew would stay reserved for the life of the stream.
+            self.outbox.shrink_to(1);
+        }
+        Some(Ok(wire))
     }
 
     /// The stream ends as the server shuts down: the client reconnects (to another replica).
@@ -402,39 +482,53 @@ impl<P: WireProtocol> Driver<P> {
         }
     }
 
-    /// Waits for a permit of the join gate in `lane`, at most until the gate's deadline (then
-    /// the stream goes on ungated); false if the server shuts down meanwhile. The permit goes to
-    /// a task that frees it when the stream gives it back (drops `permit`), ends, or has held it
-    /// for `join_timeout`. Boxed: only a joining stream under the gate waits, and the wait's state
-    /// would otherwise take room in every stream's loop for the stream's life.
-    fn wait_for_permit(&mut self, lane: Lane) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
-        Box::pin(async move {
-            let Some(gate) = self.shared.join_gate.clone() else {
-                self.join.open();
-                return true;
-            };
-            let deadline = self.join.wait_deadline(Instant::now());
-            let permit = tokio::select! {
+    /// A wait for a permit of the join gate in `lane`, at most until the gate's deadline (then
+    /// the stream goes on ungated, see [`permitted`](Self::permitted)); none without a gate. The
+    /// permit goes to a task that frees it when the stream gives it back (drops `permit`), ends,
+    /// or has held it for `join_timeout`.
+    fn permit_wait(&mut self, lane: Lane) -> Option<PermitFuture> {
+        let Some(gate) = self.shared.join_gate.clone() else {
+            self.join.open();
+            return None;
+        };
+        let deadline = self.join.wait_deadline(Instant::now());
+        // The server, not a copy of its shutdown token: a copy takes the token's lock, which
+        // every stream shares, when made and again when dropped.
+        let shared = self.shared.clone();
+        Some(Box::pin(async move {
+            tokio::select! {
                 biased;
-                _ = self.shared.shutdown.cancelled() => return false,
-                permit = gate.acquire(lane) => permit,
-                _ = sleep_until(deadline.into()) => {
-                    self.join.waited_too_long();
-                    self.shared.metrics.join_gate_passed();
-                    tracing::debug!(stream = self.info.id, "waited for a join permit too long: ungated");
-                    return true;
-                }
-            };
-            self.join.granted();
-            let (release, released) = oneshot::channel::<()>();
-            let hold = self.shared.config.join_timeout;
-            tokio::spawn(async move {
-                let _permit = permit;
-                let _ = tokio::time::timeout(hold, released).await;
-            });
-            self.permit = Some(release);
-            true
-        })
+                _ = shared.shutdown.cancelled() => PermitWait::Stopped,
+                permit = gate.acquire(lane) => PermitWait::Granted(permit),
+                _ = sleep_until(deadline.into()) => PermitWait::TooLong,
+            }
+        }))
+    }
+
+    /// Takes what a wait for a permit came to: false if the server shuts down.
+    fn permitted(&mut self, wait: PermitWait) -> bool {
+        let permit = match wait {
+            PermitWait::Granted(permit) => permit,
+            PermitWait::Stopped => return false,
+            PermitWait::TooLong => {
+                self.join.waited_too_long();
+                self.shared.metrics.join_gate_passed();
+                tracing::debug!(
+                    stream = self.info.id,
+                    "waited for a join permit too long: ungated"
+                );
+                return true;
+            }
+        };
+        self.join.granted();
+        let (release, released) = oneshot::channel::<()>();
+        let hold = self.shared.config.join_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = tokio::time::timeout(hold, released).await;
+        });
+        self.permit = Some(release);
+        true
     }
 
     /// The server's counters of `type_url` on this stream's variant.
@@ -730,6 +824,9 @@ impl<P: WireProtocol> Driver<P> {
 
 impl<P: WireProtocol> Drop for Driver<P> {
     fn drop(&mut self) {
+        // A wait for a join permit leaves the gate's queue first, as when the loop's future was
+        // dropped before the driver.
+        self.waiting = None;
         self.shared.open.fetch_sub(1, Ordering::SeqCst);
         self.shared.status.close(self.info.id);
         if self.unserved_since.is_some() {

@@ -247,6 +247,11 @@ impl Sotw {
             .expect("open EDS")
     }
 
+    /// Closes the client's side of the stream: the server sees its request stream end.
+    pub fn close_requests(&mut self) {
+        self.tx = mpsc::channel(1).0;
+    }
+
     /// Sends a request as it is (no node added).
     pub async fn send_raw(&self, request: DiscoveryRequest) {
         self.tx.send(request).await.expect("the request stream is closed");
