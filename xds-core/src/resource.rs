@@ -149,9 +149,9 @@ struct SetInner<R> {
     /// then ([`ResourceSet::is_named_by`]).
     named_by: Mutex<(Weak<BTreeSet<String>>, u128)>,
     /// Where [`ResourceSet::get_changed`] last found a name by searching. A change to one
-    /// resource is looked up in the set of every client that holds it, one after the other: all
-    /// but the first find it here with one comparison instead of a search. A hint only: a wrong
-    /// or stale one costs that comparison and nothing else.
+    /// resource is looked up in the set of every client that holds it from this base, one after
+    /// the other: all but the first find it here with one comparison instead of a search. A
+    /// hint only: a wrong or stale one costs that comparison and nothing else.
     hint: Hint,
 }
 

@@ -260,10 +260,11 @@ pub(crate) fn open<P: WireProtocol>(
 /// rather than an `async` loop under `unfold`: that moved the loop's future into and out of
 /// `unfold` for every response, and made a `select!` of four futures at every turn.
 ///
-/// The driver is dropped in the poll that ends the stream, inside the stream's span, as
-/// `unfold` did: its watches, its join permit, its place under `max_streams` and the
-/// `on_stream_closed` callback are let go before the transport sends the stream's end, not
-/// when the transport drops the body.
+/// The driver is dropped in the poll that ends the stream, inside the stream's span: its
+/// watches, its join permit, its place under `max_streams` and the `on_stream_closed` callback
+/// are let go before the transport sends the stream's end, not when the transport drops the
+/// body. An error ends the stream too (the body sends it as the trailers' status and polls no
+/// more), so it lets the driver go as well: under `unfold`, only a clean end did.
 struct Items<P: WireProtocol>(Option<Box<Driver<P>>>);
 
 impl<P: WireProtocol> Stream for Items<P> {
@@ -273,7 +274,7 @@ impl<P: WireProtocol> Stream for Items<P> {
         let this = self.get_mut();
         let Some(driver) = this.0.as_mut() else { return Poll::Ready(None) };
         let item = ready!(driver.poll_item(cx));
-        if item.is_none() {
+        if !matches!(item, Some(Ok(_))) {
             this.0 = None;
         }
         Poll::Ready(item)
