@@ -192,7 +192,7 @@ async fn a_stream_is_closed_before_the_client_sees_it_end() {
         ads.ack(&cds).await;
         ads.close_requests();
         assert!(ads.recv_end().await.is_none(), "a clean end");
-        assert_eq!(counts.closed.load(Ordering::SeqCst), round, "closed before its end was sent");
+        assert_eq!(counts.closed.load(Ordering::SeqCst), round, "closed when its end is seen");
         assert!(t.server.status().is_empty(), "no stream left in the status registry");
     }
 }
