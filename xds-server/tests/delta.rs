@@ -316,6 +316,53 @@ async fn d01_nack_and_stale_nonce() {
     assert_eq!(delta_names(&r3), ["b"]);
 }
 
+// rule D1: an ACK is read from its bytes, not decoded (`DeltaAck`), and means what a decoded
+// one means: the response accepted, the request counted and under the stream's rate; a nonce
+// that is not the latest is stale; one of a type the stream has not opened, a NACK, and an
+// ACK on a server with callbacks of its own go the whole way.
+#[tokio::test]
+async fn d01_an_ack_read_from_its_bytes_is_an_ack() {
+    let cache = SnapshotCache::by_node_id();
+    cache.set_snapshot("n1", snapshot![cla("a", 1)]);
+    let limits = xds_server::Limits::default().max_requests_per_second(5).request_burst(5);
+    let config = xds_server::ServerConfig::default().limits(limits);
+    let t = start(xds_server::XdsServer::builder(cache.clone()).config(config).build()).await;
+    let mut ads = Delta::ads(&t, "n1").await;
+    ads.subscribe(EDS, &["a"], &[]).await;
+    let r1 = ads.recv_type(EDS).await;
+    ads.ack(&r1).await;
+    eventually("the ACK counted", || t.metric("xds_acks_total", "delta", "endpoint") == 1.0).await;
+    assert_eq!(t.metric("xds_requests_total", "delta", "endpoint"), 2.0);
+    cache.set_snapshot("n1", snapshot![cla("a", 2)]);
+    let r2 = ads.recv_type(EDS).await;
+    // The first response's nonce again: stale, and nothing is sent for it.
+    ads.ack(&r1).await;
+    eventually("the stale ACK seen", || {
+        t.metric("xds_stale_requests_total", "delta", "endpoint") == 1.0
+    })
+    .await;
+    ads.expect_quiet().await;
+    ads.ack(&r2).await;
+    eventually("the second ACK counted", || t.metric("xds_acks_total", "delta", "endpoint") == 2.0)
+        .await;
+    // An ACK of a type never subscribed is a first request of it: taken in whole.
+    ads.send(DeltaDiscoveryRequest {
+        type_url: url(CDS),
+        response_nonce: r2.nonce.clone(),
+        ..Default::default()
+    })
+    .await;
+    eventually("clusters opened", || {
+        t.server.status().node("n1").first().is_some_and(|s| s.types.len() == 2)
+    })
+    .await;
+    // Five requests so far, five more allowed by the burst: a client spinning ACKs is ended.
+    for _ in 0..50 {
+        ads.ack(&r2).await;
+    }
+    assert_status(&ads.recv_err().await, Code::ResourceExhausted, &["too many requests"]);
+}
+
 // rules D4, S16 (encode once)
 #[tokio::test]
 async fn d04_streams_share_bytes_and_only_changed_resources_get_new_versions() {

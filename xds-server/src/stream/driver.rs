@@ -132,6 +132,11 @@ impl Watches {
         read.needs_change() && !changed
     }
 
+    /// The key of an open type by its URL as a request spells it.
+    fn key(&self, type_url: &str) -> Option<TypeUrl> {
+        self.watches.iter().find(|(t, _)| t.as_str() == type_url).map(|(t, _)| t.clone())
+    }
+
     fn get(&self, type_url: &TypeUrl) -> Option<&dyn Watch> {
         self.watches.iter().find(|(t, _)| t == type_url).map(|(_, watch)| &**watch)
     }
@@ -562,6 +567,14 @@ impl<P: WireProtocol> Driver<P> {
     /// refuse it, a new type gets its watch, and the core takes it in. No lock is held while
     /// user code (callbacks, policy, cache) runs.
     fn on_request(&mut self, mut request: P::WireRequest) -> Result<(), Status> {
+        if !self.shared.custom_callbacks
+            && let Some(type_url) = P::ack_type(&request).and_then(|t| self.watches.key(t))
+        {
+            match P::take_ack(request) {
+                Ok(ack) => return self.on_ack(type_url, ack),
+                Err(other) => request = other,
+            }
+        }
         let names = P::name_count(&request);
         let (node, type_url) = P::header(&mut request);
         if let Some(Err(message)) = node.as_ref().map(|n| self.shared.config.limits.check_node(n)) {
@@ -589,7 +602,7 @@ impl<P: WireProtocol> Driver<P> {
             self.request_error(Status::internal(format!("failed to decode Protobuf message: {e}")))
         })?;
         if let Err(status) =
-            self.shared.callbacks.on_request(&self.info, &type_url, P::for_callbacks(&request))
+            self.shared.callbacks.on_request(&self.info, &type_url, P::for_callbacks(&mut request))
         {
             self.shared.metrics.refused("callback");
             return Err(status);
@@ -616,6 +629,37 @@ impl<P: WireProtocol> Driver<P> {
         };
         let request = P::to_core(request, denied);
         let handled = lock(&self.state.core).handle_request(type_url, request, Instant::now());
+        handled.map_err(|e| self.refuse(&e))
+    }
+
+    /// An ACK of a type the stream has open, read without being decoded ([`WireProtocol::ack_type`]),
+    /// on a server without callbacks of its own: what [`on_request`](Self::on_request) does
+    /// with a request that names nothing, carries no node and is the stream's first of
+    /// nothing, less what that leaves with nothing to do (the node's check and the stream's
+    /// start, names to read, the callbacks, the policy's check of each name, the watch's
+    /// opening). The core admits it and takes it in under one lock. A synced client sends one
+    /// for every response: this is the larger part of an update's requests.
+    fn on_ack(
+        &mut self,
+        type_url: TypeUrl,
+        ack: <P as xds_core::Protocol>::Request,
+    ) -> Result<(), Status> {
+        let now = Instant::now();
+        let (admitted, handled) = {
+            let mut core = lock(&self.state.core);
+            match core.admit(None, type_url.as_str(), 0, now) {
+                Ok(admitted) => {
+                    // A type opens only after the stream's first request.
+                    debug_assert!(!admitted.first, "an open type on a stream not started");
+                    (true, core.handle_request(type_url.clone(), ack, now))
+                }
+                Err(refused) => (false, Err(refused)),
+            }
+        };
+        // Counted once admitted, as `on_request` counts a request the core then refuses.
+        if admitted {
+            self.counter(&type_url).request();
+        }
         handled.map_err(|e| self.refuse(&e))
     }
 

@@ -13,7 +13,7 @@ use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
-use crate::codec::decode::{DeltaIncoming, Incoming, Malformed, SotwIncoming};
+use crate::codec::decode::{DeltaAck, DeltaIncoming, DeltaRead, Incoming, Malformed, SotwIncoming};
 use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
 use crate::status::{Listed, TypeStatus, lock};
 
@@ -26,6 +26,14 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
     const VARIANT: Variant;
     const LABEL: &'static str;
 
+    /// The type URL of a request that only acknowledges a response and was read without being
+    /// decoded (a delta ACK: [`DeltaAck`](crate::codec::decode::DeltaAck)); `None` for any
+    /// other request, and for every SotW request (a SotW ACK repeats the client's names).
+    fn ack_type(request: &Self::WireRequest) -> Option<&str>;
+    /// Such an ACK as the core takes it; any other request is handed back.
+    fn take_ack(
+        request: Self::WireRequest,
+    ) -> Result<<Self as xds_core::Protocol>::Request, Self::WireRequest>;
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::WireRequest) -> (Option<Node>, String);
     /// How many names a request carries (subscribed names for delta), for limits.
@@ -44,8 +52,8 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
     /// Whether a stream's first request resumes: it says what the client already holds (the
     /// join gate lets such a stream in at once).
     fn resumes(request: &Self::WireRequest) -> bool;
-    /// The request as callbacks see it.
-    fn for_callbacks(request: &Self::WireRequest) -> XdsRequest<'_>;
+    /// The request as callbacks see it (decoded in full, if it was not).
+    fn for_callbacks(request: &mut Self::WireRequest) -> XdsRequest<'_>;
     /// The names the request asks for that policy must check: a SotW list that was decoded
     /// (a repeated one was checked when it was listed), a delta request's subscriptions.
     fn requested_names(request: &Self::WireRequest) -> impl Iterator<Item = &str> + Clone;
@@ -88,6 +96,14 @@ impl WireProtocol for Sotw {
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
+    fn ack_type(_: &SotwIncoming) -> Option<&str> {
+        None
+    }
+
+    fn take_ack(request: SotwIncoming) -> Result<SotwRequest, SotwIncoming> {
+        Err(request)
+    }
+
     fn header(r: &mut SotwIncoming) -> (Option<Node>, String) {
         (r.request.node.take(), std::mem::take(&mut r.request.type_url))
     }
@@ -118,7 +134,7 @@ impl WireProtocol for Sotw {
         !request.request.version_info.is_empty()
     }
 
-    fn for_callbacks(request: &SotwIncoming) -> XdsRequest<'_> {
+    fn for_callbacks(request: &mut SotwIncoming) -> XdsRequest<'_> {
         if request.repeated && request.request.resource_names.is_empty() {
             XdsRequest::SotwRepeated(&request.request)
         } else {
@@ -165,12 +181,27 @@ impl WireProtocol for Delta {
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
-    fn header(r: &mut DeltaIncoming) -> (Option<Node>, String) {
-        (r.request.node.take(), std::mem::take(&mut r.request.type_url))
+    fn ack_type(request: &DeltaIncoming) -> Option<&str> {
+        match request {
+            DeltaIncoming::Ack(ack) => Some(&ack.type_url),
+            DeltaIncoming::Read(_) => None,
+        }
+    }
+
+    fn take_ack(request: DeltaIncoming) -> Result<DeltaRequest, DeltaIncoming> {
+        match request {
+            DeltaIncoming::Ack(ack) => Ok(ack_to_core(ack)),
+            read => Err(read),
+        }
+    }
+
+    fn header(request: &mut DeltaIncoming) -> (Option<Node>, String) {
+        let r = &mut request.read().request;
+        (r.node.take(), std::mem::take(&mut r.type_url))
     }
 
     fn name_count(request: &DeltaIncoming) -> usize {
-        request.subscribe.count()
+        read(request).map_or(0, |read| read.subscribe.count())
     }
 
     fn read_names(
@@ -179,6 +210,7 @@ impl WireProtocol for Delta {
         _: &TypeUrl,
         wanted: Wanted,
     ) -> Result<(), Malformed> {
+        let request = request.read();
         // A large list that a live subscription holds (a joining proxy's endpoints) is taken
         // as that set, unless the callbacks look at requests: they see every name.
         if !wanted.every {
@@ -193,23 +225,31 @@ impl WireProtocol for Delta {
     }
 
     fn resumes(request: &DeltaIncoming) -> bool {
-        !request.request.initial_resource_versions.is_empty()
+        read(request).is_some_and(|read| !read.request.initial_resource_versions.is_empty())
     }
 
-    fn for_callbacks(request: &DeltaIncoming) -> XdsRequest<'_> {
-        XdsRequest::Delta(&request.request)
+    fn for_callbacks(request: &mut DeltaIncoming) -> XdsRequest<'_> {
+        XdsRequest::Delta(&request.read().request)
     }
 
     fn requested_names(request: &DeltaIncoming) -> impl Iterator<Item = &str> + Clone {
-        let listed = request.request.resource_names_subscribe.iter().map(String::as_str);
-        listed.chain(request.set.iter().flat_map(NameSet::iter))
+        read(request).into_iter().flat_map(|read| {
+            let listed = read.request.resource_names_subscribe.iter().map(String::as_str);
+            listed.chain(read.set.iter().flat_map(NameSet::iter))
+        })
     }
 
     fn to_core(incoming: DeltaIncoming, denied: BTreeMap<String, String>) -> DeltaRequest {
-        let r = incoming.request;
+        let (r, set) = match incoming {
+            DeltaIncoming::Read(read) => {
+                let DeltaRead { request, set, .. } = *read;
+                (request, set)
+            }
+            DeltaIncoming::Ack(ack) => return DeltaRequest { denied, ..ack_to_core(ack) },
+        };
         DeltaRequest {
             subscribe: r.resource_names_subscribe,
-            subscribe_set: incoming.set,
+            subscribe_set: set,
             unsubscribe: r.resource_names_unsubscribe,
             initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
             response_nonce: r.response_nonce,
@@ -227,6 +267,20 @@ impl WireProtocol for Delta {
         let wire = DeltaWire::encode(type_url, response, cp, Some(recent));
         let bytes = wire.body_bytes();
         (wire, bytes)
+    }
+}
+
+/// An ACK as the core takes it: a nonce, and nothing else.
+fn ack_to_core(ack: DeltaAck) -> DeltaRequest {
+    DeltaRequest { response_nonce: ack.nonce, ..Default::default() }
+}
+
+/// A delta request as decoded; `None` for an ACK that was not ([`DeltaIncoming::Ack`]), which
+/// names nothing, declares nothing and carries no node.
+fn read(request: &DeltaIncoming) -> Option<&DeltaRead> {
+    match request {
+        DeltaIncoming::Read(read) => Some(read),
+        DeltaIncoming::Ack(_) => None,
     }
 }
 
