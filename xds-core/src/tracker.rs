@@ -201,7 +201,8 @@ struct Comparing<'a, V: ?Sized> {
 #[derive(Clone, Copy)]
 enum BaseLookup {
     /// The one name a change reported: every client of the base looks it up, one after the
-    /// other ([`ResourceSet::get_changed`]).
+    /// other ([`ResourceSet::get_changed`]), and every client of a shared subscription asks it
+    /// whether it has the name ([`Subscription::has_changed_name`]).
     Changed,
     /// A name of this client's own comparison (a full one, a resumption): a plain search, which
     /// writes nothing into the shared base.
@@ -943,7 +944,10 @@ impl<R: Resource> Tracker<R> {
             diff.recheck.push(name.to_owned());
             return;
         }
-        let explicit = sub.has_name(name);
+        let explicit = match lookup {
+            BaseLookup::Changed => sub.has_changed_name(name),
+            BaseLookup::Own => sub.has_name(name),
+        };
         let scoped = || sub.is_wildcard() || sub.in_glob(name);
         // `covers`, with the name lookup done above.
         let covered = || explicit || scoped();

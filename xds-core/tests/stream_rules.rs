@@ -250,6 +250,25 @@ fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
     );
 }
 
+/// A stream's sub-streams are kept in their types' order whatever order the client opened them
+/// in (rounds go in that order: rule O1), and each is found by its type.
+#[test]
+fn o1_sub_streams_are_kept_in_type_order_whatever_order_they_open_in() {
+    let mut h = Harness::<Delta>::ads();
+    for t in [T::Vhds, T::Eds, T::Lds, T::Cds, T::Rds] {
+        assert!(!h.stream.has_type(&t));
+        h.request(t, delta(&["x"], &[], ""));
+        assert!(h.stream.has_type(&t));
+    }
+    let order: Vec<T> = h.stream.sub_streams().map(|(t, _)| *t).collect();
+    assert_eq!(order, [T::Cds, T::Eds, T::Lds, T::Rds, T::Vhds]);
+    // A second request of a type opens nothing new.
+    h.request(T::Eds, delta(&["y"], &[], ""));
+    let names: Vec<usize> =
+        h.stream.sub_streams().map(|(_, s)| s.subscription().names().len()).collect();
+    assert_eq!(names, [1, 2, 1, 1, 1]);
+}
+
 /// An ADS client holding clusters c1, c2 (with endpoints) and a listener routing to c1 and c2,
 /// each response ACKed (the ACKs not yet taken in by a round).
 fn ads_with_two_clusters() -> Harness<Delta> {

@@ -9,7 +9,9 @@ use tonic::Code;
 use xds_cache::SnapshotCache;
 use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
-use xds_server::{Callbacks, Nack, Refusal, Service, StreamInfo, XdsRequest, XdsServer};
+use xds_server::{
+    Callbacks, Nack, Refusal, Service, StreamEventKind, StreamInfo, XdsRequest, XdsServer,
+};
 
 use util::*;
 
@@ -228,6 +230,13 @@ async fn a_nack_after_a_regroup_names_the_group_the_stream_moved_to() {
     );
     let status = t.server.status().to_json();
     assert!(status.to_string().contains("\"group\":\"green\""), "{status}");
+    // In the stream's history, the move comes just before the NACK it was found for.
+    let events = t.server.status().node("n1").remove(0).events;
+    let kinds: Vec<&StreamEventKind> = events.iter().map(|e| &e.what).collect();
+    let regrouped =
+        StreamEventKind::Regrouped { from: Some("blue".into()), to: Some("green".into()) };
+    let at = kinds.iter().position(|k| **k == regrouped).expect("the move in the history");
+    assert!(matches!(kinds.get(at + 1), Some(StreamEventKind::Nacked { .. })), "{kinds:?}");
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 mod guard;
 mod rate;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub use guard::{StreamError, StreamGuard};
@@ -319,10 +319,10 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     guard: StreamGuard<N>,
     rate: TokenBucket,
     config: StreamConfig,
-    /// Boxed: a B-tree node has room for eleven entries whatever it holds, and a slot is ~600
-    /// bytes, so a stream of two types kept ~5 KiB of empty room (a fifth of what a connected
-    /// client cost the server beyond its HTTP/2 connection).
-    subs: BTreeMap<K, Box<Slot<P, R>>>,
+    /// Boxed: a slot is ~600 bytes, and a stream of two types kept ~5 KiB of empty room in a
+    /// B-tree node's eleven places (a fifth of what a connected client cost the server beyond
+    /// its HTTP/2 connection).
+    subs: Slots<K, P, R>,
     nonces: Nonces,
     /// Responses computed by the latest round, in order: at most one per type. Like `events`,
     /// kept to room for one between rounds ([`drained`]).
@@ -356,7 +356,7 @@ impl<N, K: std::fmt::Debug, P: Protocol, R: Resource> std::fmt::Debug for Stream
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stream")
             .field("aggregated", &self.guard.is_aggregated())
-            .field("types", &self.subs.keys().collect::<Vec<_>>())
+            .field("types", &self.subs.0.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("ready", &self.ready.len())
             .field("events", &self.events.len())
             .finish_non_exhaustive()
@@ -380,7 +380,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             guard,
             rate: TokenBucket::new(config.max_requests_per_second, config.request_burst, now),
             config,
-            subs: BTreeMap::new(),
+            subs: Slots(Vec::new()),
             nonces: Nonces::new(),
             ready: VecDeque::new(),
             round: None,
@@ -429,7 +429,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 
     /// Whether the stream has a sub-stream of this type.
     pub fn has_type(&self, type_key: &K) -> bool {
-        self.subs.contains_key(type_key)
+        self.subs.get(type_key).is_some()
     }
 
     /// Takes in one admitted request of `type_key` (opening its sub-stream on first use) and
@@ -445,7 +445,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     ) -> Result<(), StreamError> {
         let resource_errors = self.resource_errors;
         let shared_sets = self.config.shared_sets;
-        let slot = self.subs.entry(type_key.clone()).or_insert_with(|| {
+        let slot = self.subs.get_or_insert_with(&type_key, || {
             Box::new(Slot {
                 sub: {
                     let mut sub = SubStream::new(type_key.traits());
@@ -582,7 +582,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 
     /// The first type, in order, that the round under way still reads, taken off the round.
     fn pending_read(&mut self) -> Option<Read<K>> {
-        let (key, slot) = self.subs.iter_mut().find(|(_, s)| s.pending.is_some())?;
+        let (key, slot) = self.subs.0.iter_mut().find(|(_, s)| s.pending.is_some())?;
         let defer_removals = slot.pending.take().unwrap_or(false);
         let needs_change = std::mem::take(&mut slot.needs_change);
         Some(Read { type_key: key.clone(), defer_removals, needs_change })
@@ -706,7 +706,47 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
 
     /// Every sub-stream, in order, for status pages.
     pub fn sub_streams(&self) -> impl Iterator<Item = (&K, &SubStream<P, R>)> {
-        self.subs.iter().map(|(k, s)| (k, &s.sub))
+        self.subs.0.iter().map(|(k, s)| (k, &s.sub))
+    }
+}
+
+/// A stream's sub-streams, in the order of their types: a few (one per type the stream uses),
+/// found by a scan. Each round walks all of them a few times (every wake of the stream), which
+/// in a B-tree set up a cursor through its node each time, and the node kept room for eleven.
+/// Found by the types' order (`Ord`), as the B-tree found them.
+struct Slots<K, P, R>(Vec<(K, Box<Slot<P, R>>)>);
+
+impl<K: Ord + Clone, P, R> Slots<K, P, R> {
+    fn get(&self, key: &K) -> Option<&Slot<P, R>> {
+        self.0.iter().find(|(k, _)| k.cmp(key).is_eq()).map(|(_, slot)| &**slot)
+    }
+
+    fn get_mut(&mut self, key: &K) -> Option<&mut Slot<P, R>> {
+        self.0.iter_mut().find(|(k, _)| k.cmp(key).is_eq()).map(|(_, slot)| &mut **slot)
+    }
+
+    /// The slot of `key`, made by `new` and put in its place in order if there is none.
+    fn get_or_insert_with(
+        &mut self,
+        key: &K,
+        new: impl FnOnce() -> Box<Slot<P, R>>,
+    ) -> &mut Slot<P, R> {
+        let at = match self.0.binary_search_by(|(k, _)| k.cmp(key)) {
+            Ok(at) => at,
+            Err(at) => {
+                self.0.insert(at, (key.clone(), new()));
+                at
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Slot<P, R>> {
+        self.0.iter().map(|(_, slot)| &**slot)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Slot<P, R>> {
+        self.0.iter_mut().map(|(_, slot)| &mut **slot)
     }
 }
 
