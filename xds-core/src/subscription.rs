@@ -312,8 +312,11 @@ impl Subscription {
     /// that shares a large set ([`share`]: a thousand proxies subscribed to the same 10,000
     /// endpoints) is asked about it in turn, and the search of 10,000 names was a fortieth of
     /// an update's cost per client. The latest answer is kept per thread, with the set it came
-    /// from held weakly: while it is kept, no other set can be at that address, so an answer is
-    /// reused only for the same set and the same name.
+    /// from held weakly: while it is kept, no other set can be at that address, and the set
+    /// itself is not changed in place (every change goes through `Arc::make_mut`, which moves the
+    /// set to a new allocation while a weak pointer to it lives), so an answer is reused only for
+    /// the same set, unchanged, and the same name. A change made in place some other way would
+    /// break this.
     pub(crate) fn has_changed_name(&self, name: &str) -> bool {
         if self.names.len() < MIN_SHARED {
             return self.names.contains(name);
@@ -623,9 +626,6 @@ mod tests {
         Subscription::default().apply_delta(subscribe, set, unsubscribe, true, wildcard_capable)
     }
 
-    /// The server finds a live set by the digest of a request's names, in any order, and the
-    /// subscription that takes it holds the same set (not a copy) and reports every name added;
-    /// sets with `xdstp://` names or `*`, small lists and sets nobody holds are not found.
     /// The answer kept for a changed name is reused only for the same set and the same name:
     /// whatever is asked next (another name, a set of other names, the set changed, a small
     /// set), the answer is the set's own.
@@ -666,8 +666,25 @@ mod tests {
         let mut again = Subscription::default();
         again.apply_delta(&many("x"), None, &[], true, false);
         assert!(!again.has_changed_name("e-007"));
+        // A large set with one owner and nobody else's pointer (grown past the size shared sets
+        // start at a few names at a time, so never shared): a change to it after its answer was
+        // kept moves it, and the answer is not reused. A memo that held the set's address alone
+        // would answer from before the change (checked: it fails here).
+        let mut alone = Subscription::default();
+        alone.apply_delta(&many("y")[..MIN_SHARED - 1], None, &[], true, false);
+        alone.apply_delta(&names(&["y-extra", "z"]), None, &[], false, false);
+        assert_eq!(alone.names().len(), MIN_SHARED + 1);
+        assert!(alone.has_changed_name("z"));
+        alone.apply_delta(&[], None, &names(&["z"]), false, false);
+        assert_eq!(alone.names().len(), MIN_SHARED, "still asked through the kept answer");
+        assert!(!alone.has_changed_name("z"));
+        alone.apply_delta(&names(&["z"]), None, &[], false, false);
+        assert!(alone.has_changed_name("z"));
     }
 
+    /// The server finds a live set by the digest of a request's names, in any order, and the
+    /// subscription that takes it holds the same set (not a copy) and reports every name added;
+    /// sets with `xdstp://` names or `*`, small lists and sets nobody holds are not found.
     #[test]
     fn a_large_plain_set_is_found_by_the_digest_of_its_names_and_taken_whole() {
         let many: Vec<String> = (0..100).map(|i| format!("found-{i:03}")).collect();

@@ -318,8 +318,9 @@ async fn d01_nack_and_stale_nonce() {
 
 // rule D1: an ACK is read from its bytes, not decoded (`DeltaAck`), and means what a decoded
 // one means: the response accepted, the request counted and under the stream's rate; a nonce
-// that is not the latest is stale; one of a type the stream has not opened, a NACK, and an
-// ACK on a server with callbacks of its own go the whole way.
+// that is not the latest is stale; one of a type the stream has not opened goes the whole way.
+// (A NACK: `d01_nack_and_stale_nonce`; a server with callbacks of its own:
+// `callbacks_see_every_delta_ack_as_a_request_then_as_an_ack` in lifecycle.rs.)
 #[tokio::test]
 async fn d01_an_ack_read_from_its_bytes_is_an_ack() {
     let cache = SnapshotCache::by_node_id();

@@ -52,6 +52,8 @@ struct Counts {
     closed: AtomicUsize,
     acks: AtomicUsize,
     nacks: AtomicUsize,
+    /// Delta requests `on_request` saw that answer a response.
+    delta_answers: AtomicUsize,
     /// The last NACK: node id, group, rejected version, kept version, nonce, text.
     last_nack: Mutex<Option<[String; 6]>>,
 }
@@ -82,6 +84,9 @@ impl Callbacks for Recorder {
         _: &TypeUrl,
         request: XdsRequest<'_>,
     ) -> Result<(), tonic::Status> {
+        if matches!(request, XdsRequest::Delta(_)) && !request.response_nonce().is_empty() {
+            self.0.delta_answers.fetch_add(1, Ordering::SeqCst);
+        }
         if request.names().iter().any(|n| n == "forbidden") {
             return Err(tonic::Status::permission_denied("\"forbidden\" is not for you"));
         }
@@ -197,6 +202,22 @@ async fn a_stream_is_closed_before_the_client_sees_it_end() {
         assert_eq!(counts.closed.load(Ordering::SeqCst), round, "closed when its end is seen");
         assert!(t.server.status().is_empty(), "no stream left in the status registry");
     }
+}
+
+/// A server with callbacks of its own sees every delta ACK in `on_request`, decoded (an ACK is
+/// otherwise taken in without being decoded), and each is an ACK: `on_ack` follows.
+#[tokio::test]
+async fn callbacks_see_every_delta_ack_as_a_request_then_as_an_ack() {
+    let (t, cache, counts) = recorded().await;
+    let mut delta = Delta::ads(&t, "n1").await;
+    delta.subscribe(CDS, &[], &[]).await;
+    let r1 = delta.recv_type(CDS).await;
+    delta.ack(&r1).await;
+    cache.set_snapshot("n1", snapshot![cluster("a", "2"), cla("a", 1)]);
+    let r2 = delta.recv_type(CDS).await;
+    delta.ack(&r2).await;
+    eventually("two ACKs", || counts.acks.load(Ordering::SeqCst) == 2).await;
+    assert_eq!(counts.delta_answers.load(Ordering::SeqCst), 2, "each seen by on_request");
 }
 
 /// A regroup moves a live stream to another group: its next NACK names the group it now gets

@@ -319,9 +319,9 @@ pub struct Stream<N, K, P: Protocol, R: Resource> {
     guard: StreamGuard<N>,
     rate: TokenBucket,
     config: StreamConfig,
-    /// Boxed: a slot is ~600 bytes, and a stream of two types kept ~5 KiB of empty room in a
-    /// B-tree node's eleven places (a fifth of what a connected client cost the server beyond
-    /// its HTTP/2 connection).
+    /// Boxed: a slot is ~600 bytes, so the list's spare room and an insert's shift move
+    /// pointers, not slots (a stream of two types kept ~5 KiB of empty room in a B-tree node's
+    /// eleven places: a fifth of what a connected client cost beyond its HTTP/2 connection).
     subs: Slots<K, P, R>,
     nonces: Nonces,
     /// Responses computed by the latest round, in order: at most one per type. Like `events`,

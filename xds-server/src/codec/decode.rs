@@ -877,8 +877,10 @@ mod tests {
         assert_eq!(refused, Some(tonic::Code::OutOfRange), "one read from the buffer");
     }
 
-    /// An ACK that arrives whole in a chunk is read where it arrived, and what follows it in the
-    /// chunk is read next; one that arrives in pieces is read from the buffer, the same.
+    /// An ACK that arrives whole in a chunk, with the next request after it, is read as an ACK
+    /// and the next request after it; one that arrives in pieces is the same ACK. (Whether the
+    /// first is read in place or from a copy is not seen from here: the instruction counts of
+    /// docs/benchmarks.md are.)
     #[tokio::test]
     async fn an_ack_is_read_where_it_arrived_and_what_follows_it_next() {
         let ack = DeltaDiscoveryRequest {
