@@ -632,13 +632,13 @@ impl<P: WireProtocol> Driver<P> {
         handled.map_err(|e| self.refuse(&e))
     }
 
-    /// An ACK of a type the stream has open, read without being decoded ([`WireProtocol::ack_type`]),
-    /// on a server without callbacks of its own: what [`on_request`](Self::on_request) does
-    /// with a request that names nothing, carries no node and is the stream's first of
-    /// nothing, less what that leaves with nothing to do (the node's check and the stream's
-    /// start, names to read, the callbacks, the policy's check of each name, the watch's
-    /// opening). The core admits it and takes it in under one lock. A synced client sends one
-    /// for every response: this is the larger part of an update's requests.
+    /// An ACK of a type the stream has open, read without being decoded
+    /// ([`WireProtocol::ack_type`]), on a server without callbacks of its own: what
+    /// [`on_request`](Self::on_request) does with a request that names nothing, carries no
+    /// node and opens no type, without the steps that then have nothing to do (the node's
+    /// check and the stream's start, names to read, the callbacks, the policy's check of each
+    /// name, the watch's opening). The core admits it and takes it in under one lock. A synced
+    /// client sends one for every response: most of an update's requests are these.
     fn on_ack(
         &mut self,
         type_url: TypeUrl,
