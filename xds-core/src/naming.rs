@@ -53,6 +53,15 @@ pub(crate) struct Naming {
     resource_type: Option<Box<str>>,
     /// The server's opt-out: responses carry no `resource_errors` at all.
     silent: bool,
+    /// Made the first time a name is respelled, refused or told an error. Most sub-streams
+    /// never need it (plain names, every one served), and its four maps would take 96 bytes
+    /// of every type of every connected client.
+    told: Option<Box<Told>>,
+}
+
+/// What a sub-stream remembers of names it normalized, refused or told an error.
+#[derive(Clone, Debug, Default)]
+struct Told {
     /// Normal form -> the client's spelling, only where they differ: a resource is answered
     /// under the name the client asked for (rule C1).
     spellings: BTreeMap<String, String>,
@@ -65,6 +74,14 @@ pub(crate) struct Naming {
     reported: BTreeMap<String, ErrorDetail>,
 }
 
+/// What a sub-stream that was never told anything reads.
+static NOTHING_TOLD: Told = Told {
+    spellings: BTreeMap::new(),
+    refused: BTreeMap::new(),
+    pending: BTreeMap::new(),
+    reported: BTreeMap::new(),
+};
+
 /// What a delta request's lists become after normalization.
 pub(crate) struct DeltaNames {
     pub(crate) subscribe: Vec<String>,
@@ -72,10 +89,40 @@ pub(crate) struct DeltaNames {
     pub(crate) initial: BTreeMap<String, String>,
 }
 
+impl Told {
+    /// Forgets that `name` was refused, if it was: the client unsubscribed it, or the policy
+    /// now takes it (a refusal would otherwise count against the limit for good).
+    fn forget_refusal(&mut self, name: &str) -> bool {
+        let refused = self.refused.remove(name).is_some();
+        if refused {
+            self.pending.remove(name);
+        }
+        refused
+    }
+
+    /// Records `error` as told for `name` (normal form), and owes it under the client's
+    /// spelling.
+    fn report(&mut self, name: &str, error: ErrorDetail, owed: &mut BTreeMap<String, ErrorDetail>) {
+        let spelled = self.spellings.get(name).map_or(name, String::as_str).to_owned();
+        self.reported.insert(name.to_owned(), error.clone());
+        owed.insert(spelled, error);
+    }
+}
+
 impl Naming {
     pub(crate) fn configure(&mut self, resource_type: Option<&str>, resource_errors: bool) {
         self.resource_type = resource_type.map(Into::into);
         self.silent = !resource_errors;
+    }
+
+    /// What the sub-stream was told, for reading.
+    fn told(&self) -> &Told {
+        self.told.as_deref().unwrap_or(&NOTHING_TOLD)
+    }
+
+    /// What the sub-stream was told, made on first use, for writing.
+    fn told_mut(&mut self) -> &mut Told {
+        self.told.get_or_insert_with(Box::default)
     }
 
     /// The normal form of `name`, or why it is refused.
@@ -114,10 +161,11 @@ impl Naming {
 
     /// Refuses `name` (as the client wrote it): told once, in the next response.
     fn refuse_with(&mut self, name: String, detail: ErrorDetail) {
-        if !self.refused.contains_key(&name) {
-            self.pending.insert(name.clone(), detail.clone());
+        let told = self.told_mut();
+        if !told.refused.contains_key(&name) {
+            told.pending.insert(name.clone(), detail.clone());
         }
-        self.refused.insert(name, detail);
+        told.refused.insert(name, detail);
     }
 
     /// A SotW request's full set, normalized; refused names are left out.
@@ -128,18 +176,25 @@ impl Naming {
     ) -> Vec<String> {
         if denied.is_empty() && !names.iter().any(|n| xdstp::is_xdstp(n)) {
             // The common case costs one prefix check per name.
-            self.refused.clear();
-            self.spellings.clear();
+            if let Some(told) = &mut self.told {
+                told.refused.clear();
+                told.spellings.clear();
+            }
             return names;
         }
-        let before = std::mem::take(&mut self.refused);
-        self.spellings.clear();
+        let before = match &mut self.told {
+            Some(told) => {
+                told.spellings.clear();
+                std::mem::take(&mut told.refused)
+            }
+            None => BTreeMap::new(),
+        };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             match self.admit(&name, denied, true) {
                 Ok(normal) => {
                     if normal != name {
-                        self.spellings.insert(normal.clone(), name);
+                        self.told_mut().spellings.insert(normal.clone(), name);
                     }
                     out.push(normal);
                 }
@@ -147,7 +202,7 @@ impl Naming {
                 // reported again.
                 Err(detail) => match before.get(&name) {
                     Some(told) if *told == detail => {
-                        self.refused.insert(name, detail);
+                        self.told_mut().refused.insert(name, detail);
                     }
                     _ => self.refuse_with(name, detail),
                 },
@@ -159,7 +214,7 @@ impl Naming {
     /// Whether names listed now are taken as they are when plain: nothing is refused now
     /// (`denied`) and nothing was before (a refused name listed again is looked at again).
     pub(crate) fn admits_as_listed(&self, denied: &BTreeMap<String, String>) -> bool {
-        denied.is_empty() && self.refused.is_empty()
+        denied.is_empty() && self.told().refused.is_empty()
     }
 
     /// A delta request's lists, normalized; refused subscriptions are left out.
@@ -188,13 +243,13 @@ impl Naming {
                     Ok(normal) => {
                         // Refused before, taken now (the policy changed its mind): forget the
                         // refusal, which would otherwise count against the limit for good.
-                        if self.refused.remove(&name).is_some() {
-                            self.pending.remove(&name);
-                        }
                         if normal != name {
-                            self.spellings.insert(normal.clone(), name);
-                        } else {
-                            self.spellings.remove(&normal);
+                            let told = self.told_mut();
+                            told.forget_refusal(&name);
+                            told.spellings.insert(normal.clone(), name);
+                        } else if let Some(told) = &mut self.told {
+                            told.forget_refusal(&name);
+                            told.spellings.remove(&normal);
                         }
                         out.subscribe.push(normal);
                     }
@@ -203,13 +258,14 @@ impl Naming {
             }
         }
         for name in unsubscribe {
-            if self.refused.remove(&name).is_some() {
-                self.pending.remove(&name);
+            if self.told.as_mut().is_some_and(|told| told.forget_refusal(&name)) {
                 continue;
             }
             if let Ok(normal) = self.normal(&name) {
-                self.spellings.remove(&normal);
-                self.reported.remove(&normal);
+                if let Some(told) = &mut self.told {
+                    told.spellings.remove(&normal);
+                    told.reported.remove(&normal);
+                }
                 out.unsubscribe.push(normal);
             }
         }
@@ -223,7 +279,7 @@ impl Naming {
             // A declared name that is not valid cannot be held under any name the server knows.
             if let Ok(normal) = self.normal(&name) {
                 if normal != name {
-                    self.spellings.insert(normal.clone(), name);
+                    self.told_mut().spellings.insert(normal.clone(), name);
                 }
                 out.initial.insert(normal, version);
             }
@@ -238,8 +294,9 @@ impl Naming {
         if self.silent {
             return Vec::new();
         }
+        let told = self.told();
         let mut out = BTreeMap::new();
-        for (name, error) in &self.reported {
+        for (name, error) in &told.reported {
             let subscribed = if name == WILDCARD {
                 sub.is_wildcard()
             } else {
@@ -249,8 +306,8 @@ impl Naming {
                 out.insert(self.spelled(name).to_owned(), error.clone());
             }
         }
-        for (name, error) in &self.refused {
-            if !self.pending.contains_key(name) {
+        for (name, error) in &told.refused {
+            if !told.pending.contains_key(name) {
                 out.insert(name.clone(), error.clone());
             }
         }
@@ -260,12 +317,12 @@ impl Naming {
     /// How many refused names are remembered (they count against a stream's subscription limit:
     /// a delta client could otherwise make the sub-stream remember any number of bad names).
     pub(crate) fn refused_len(&self) -> usize {
-        self.refused.len()
+        self.told().refused.len()
     }
 
     /// The client's spelling of a normal-form name.
     pub(crate) fn spelled<'a>(&'a self, name: &'a str) -> &'a str {
-        self.spellings.get(name).map_or(name, String::as_str)
+        self.told().spellings.get(name).map_or(name, String::as_str)
     }
 
     /// The spellings of the names in a response that differ from their normal form.
@@ -273,10 +330,11 @@ impl Naming {
         &self,
         names: impl Iterator<Item = &'a str>,
     ) -> BTreeMap<String, String> {
-        if self.spellings.is_empty() {
+        let spellings = &self.told().spellings;
+        if spellings.is_empty() {
             return BTreeMap::new();
         }
-        names.filter_map(|n| self.spellings.get(n).map(|s| (n.to_owned(), s.clone()))).collect()
+        names.filter_map(|n| spellings.get(n).map(|s| (n.to_owned(), s.clone()))).collect()
     }
 
     /// Works out the errors a response carries, once the tracker compared the subscription with
@@ -299,16 +357,18 @@ impl Naming {
     ) -> Vec<ResourceError> {
         if self.silent {
             // Absent names keep their rule D6 answer; refusals are remembered, never told.
-            self.pending.clear();
+            if let Some(told) = &mut self.told {
+                told.pending.clear();
+            }
             return Vec::new();
         }
-        if !self.reported.is_empty() {
+        if let Some(told) = self.told.as_mut().filter(|told| !told.reported.is_empty()) {
             for name in sent {
-                self.reported.remove(name);
+                told.reported.remove(name);
             }
         }
         let wildcard = sub.is_wildcard().then_some(WILDCARD);
-        if self.pending.is_empty()
+        if self.told().pending.is_empty()
             && absent.is_empty()
             && gone.is_empty()
             && recheck.is_empty()
@@ -317,31 +377,128 @@ impl Naming {
             // Nothing owed and nothing to look up: most responses (a changed resource sent).
             return Vec::new();
         }
-        let mut owed = std::mem::take(&mut self.pending);
+        // Made only when an error is told: a wildcard's look-up of its own error usually finds
+        // none.
+        let mut owed =
+            self.told.as_mut().map(|told| std::mem::take(&mut told.pending)).unwrap_or_default();
         absent.retain(|(name, _)| {
             let error = view
                 .resource_error(name)
                 .unwrap_or_else(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"));
             let not_found = error.code == code::NOT_FOUND;
-            self.reported.insert(name.clone(), error.clone());
-            owed.insert(self.spelled(name).to_owned(), error);
+            self.told_mut().report(name, error, &mut owed);
             not_found
         });
         for name in gone {
             let error = view
                 .resource_error(name)
                 .unwrap_or_else(|| ErrorDetail::new(code::NOT_FOUND, "resource does not exist"));
-            self.reported.insert(name.clone(), error.clone());
-            owed.insert(self.spelled(name).to_owned(), error);
+            self.told_mut().report(name, error, &mut owed);
         }
         for name in recheck.iter().map(String::as_str).chain(wildcard) {
             if let Some(error) = view.resource_error(name)
-                && self.reported.get(name) != Some(&error)
+                && self.told().reported.get(name) != Some(&error)
             {
-                self.reported.insert(name.to_owned(), error.clone());
-                owed.insert(self.spelled(name).to_owned(), error);
+                self.told_mut().report(name, error, &mut owed);
             }
         }
         owed.into_iter().map(|(name, error)| ResourceError { name, error }).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::TestRes;
+
+    /// A view of no resources, with the errors a cache attached to some names.
+    struct Errors(BTreeMap<String, ErrorDetail>);
+
+    impl View for Errors {
+        type Resource = TestRes;
+        fn revision(&self) -> u64 {
+            1
+        }
+        fn version(&self) -> String {
+            "1".into()
+        }
+        fn get(&self, _: &str) -> Option<TestRes> {
+            None
+        }
+        fn for_each(&self, _: &mut dyn FnMut(&TestRes)) {}
+        fn resource_error(&self, name: &str) -> Option<ErrorDetail> {
+            self.0.get(name).cloned()
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    const CLUSTER: &str = "envoy.config.cluster.v3.Cluster";
+
+    /// Most sub-streams (plain names, a wildcard whose cache attached no error) are never told
+    /// anything: they keep no state for it, so every connected client's types stay small.
+    #[test]
+    fn a_sub_stream_told_nothing_keeps_nothing_for_it() {
+        let none = Errors(BTreeMap::new());
+        let mut naming = Naming::default();
+        naming.configure(Some(CLUSTER), true);
+        let mut sub = Subscription::default();
+        sub.apply_sotw(names(&["*", "a"]), true, true);
+        assert_eq!(naming.admit_sotw(names(&["*", "a"]), &BTreeMap::new()), names(&["*", "a"]));
+        let delta =
+            naming.admit_delta(names(&["b"]), names(&["c"]), BTreeMap::new(), &BTreeMap::new());
+        assert_eq!((delta.subscribe, delta.unsubscribe), (names(&["b"]), names(&["c"])));
+        let sent = ["a"].into_iter();
+        assert!(naming.errors(&none, &sub, (&mut Vec::new(), &[]), &[], sent).is_empty());
+        assert!(naming.standing(&sub).is_empty());
+        assert!(naming.told.is_none(), "nothing was told, nothing is kept");
+        assert!(std::mem::size_of::<Naming>() <= 32, "the maps stay out of every sub-stream");
+
+        // The wildcard's own error, once the cache attaches one, is told and remembered.
+        let failing =
+            Errors([("*".to_owned(), ErrorDetail::new(code::UNAVAILABLE, "down"))].into());
+        let errors = naming.errors(&failing, &sub, (&mut Vec::new(), &[]), &[], [].into_iter());
+        assert_eq!(errors.len(), 1);
+        assert_eq!((errors[0].name.as_str(), errors[0].error.code), ("*", code::UNAVAILABLE));
+        assert!(naming.told.is_some());
+        assert_eq!(naming.standing(&sub).len(), 1, "the error stands while the wildcard does");
+    }
+
+    /// What is told is kept whether or not the sub-stream was told anything before: a
+    /// respelled name is answered under the client's spelling, a refusal is told once and
+    /// forgotten when the client unsubscribes.
+    #[test]
+    fn what_a_sub_stream_is_told_is_kept_from_the_first_time() {
+        let none = Errors(BTreeMap::new());
+        let mut naming = Naming::default();
+        naming.configure(Some(CLUSTER), true);
+        let spelled = format!("xdstp://auth/{CLUSTER}/c?b=2&a=1");
+        let normal = format!("xdstp://auth/{CLUSTER}/c?a=1&b=2");
+        let bad = "xdstp://auth/wrong.Type/x".to_owned();
+        let delta = naming.admit_delta(
+            vec![spelled.clone(), bad.clone()],
+            Vec::new(),
+            BTreeMap::new(),
+            &BTreeMap::new(),
+        );
+        assert_eq!(delta.subscribe, vec![normal.clone()]);
+        assert_eq!(naming.spelled(&normal), spelled);
+        assert_eq!(naming.refused_len(), 1);
+        let mut sub = Subscription::default();
+        sub.apply_delta(&delta.subscribe, None, &[], true, true);
+        let mut absent = vec![(normal.clone(), true)];
+        let errors = naming.errors(&none, &sub, (&mut absent, &[]), &[], [].into_iter());
+        let told: Vec<_> = errors.iter().map(|e| (e.name.as_str(), e.error.code)).collect();
+        assert_eq!(
+            told,
+            [(spelled.as_str(), code::NOT_FOUND), (bad.as_str(), code::INVALID_ARGUMENT)]
+        );
+        // Told once: the next response owes nothing; both still stand.
+        assert!(naming.errors(&none, &sub, (&mut Vec::new(), &[]), &[], [].into_iter()).is_empty());
+        assert_eq!(naming.standing(&sub).len(), 2);
+        naming.admit_delta(Vec::new(), vec![bad], BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(naming.refused_len(), 0, "an unsubscribed refusal is forgotten");
     }
 }
