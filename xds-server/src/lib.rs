@@ -135,7 +135,7 @@ pub use server::{Service, XdsServer, XdsServerBuilder};
 pub use services::files::{FileFormat, FileWriter};
 pub use status::{
     MAX_EVENT_TEXT, MAX_NACK_TEXT, NackStatus, ResourceErrorStatus, StatusRegistry, StreamEvent,
-    StreamEventKind, StreamStatus, TypeStatus,
+    StreamEventKind, StreamStatus, TypeStatus, TypeStatusIter, TypeStatuses,
 };
 
 /// The resource types, builders, encode-once resources and JSON/YAML (the `xds-proto` crate).

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::config::core::v3::Node;
 
 /// The status of one type on one stream. Read it; the server fills it in (fields may be added).
@@ -25,8 +26,10 @@ pub struct TypeStatus {
     pub sent_ms: u64,
     /// The version the client last ACKed.
     pub acked_version: Option<String>,
-    /// The latest NACK, if the client rejected a response since its last ACK.
-    pub nack: Option<NackStatus>,
+    /// The latest NACK, if the client rejected a response since its last ACK. Boxed: a NACK's
+    /// four texts would otherwise take 112 of this status's bytes, kept for every type of every
+    /// connected client, most of which never NACK.
+    pub nack: Option<Box<NackStatus>>,
     /// When the latest request arrived (milliseconds since the Unix epoch).
     pub last_request_ms: u64,
     /// The resources last sent, name -> version (`None`: told it does not exist). This is what
@@ -108,6 +111,99 @@ pub(crate) fn bounded_owned(s: &str) -> String {
     truncate(s, MAX_NACK_TEXT).to_owned()
 }
 
+/// A stream's status of each of its types, in type URL order; as JSON, an object by type URL.
+///
+/// A short list, made to measure: a stream has a few types. A map kept a B-tree node with room
+/// for eleven (368 bytes), a key string and a box per type, for every connected client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TypeStatuses(Vec<(TypeUrl, TypeStatus)>);
+
+/// The iterator of [`TypeStatuses::iter`].
+pub type TypeStatusIter<'a> = std::iter::Map<
+    std::slice::Iter<'a, (TypeUrl, TypeStatus)>,
+    fn(&'a (TypeUrl, TypeStatus)) -> (&'a str, &'a TypeStatus),
+>;
+
+impl TypeStatuses {
+    /// The status of `type_url`, if the stream has that type.
+    pub fn get(&self, type_url: &str) -> Option<&TypeStatus> {
+        self.0.iter().find(|(t, _)| t.as_str() == type_url).map(|(_, status)| status)
+    }
+
+    /// Each type URL with its status, in type URL order.
+    pub fn iter(&self) -> TypeStatusIter<'_> {
+        self.0.iter().map(|(t, status)| (t.as_str(), status))
+    }
+
+    /// How many types the stream has.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the stream has no type yet.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each type URL with its status, to cut or fill in.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut TypeStatus)> {
+        self.0.iter_mut().map(|(t, status)| (t.as_str(), status))
+    }
+
+    /// The status of `type_url`, added in its place if the stream did not have it. Found by a
+    /// scan of the few types, comparing built-in types without their strings; grown by one
+    /// place at a time, as a stream opens its types one by one.
+    pub(crate) fn entry(&mut self, type_url: &TypeUrl) -> &mut TypeStatus {
+        let at = match self.0.iter().position(|(t, _)| t == type_url) {
+            Some(at) => at,
+            None => {
+                let at = self.0.partition_point(|(t, _)| t.as_str() < type_url.as_str());
+                self.0.reserve_exact(1);
+                self.0.insert(at, (type_url.clone(), TypeStatus::default()));
+                at
+            }
+        };
+        &mut self.0[at].1
+    }
+}
+
+impl FromIterator<(TypeUrl, TypeStatus)> for TypeStatuses {
+    /// In type URL order; of a type listed twice, the last status is kept (as a map's collect
+    /// keeps it).
+    fn from_iter<I: IntoIterator<Item = (TypeUrl, TypeStatus)>>(iter: I) -> Self {
+        let mut statuses = TypeStatuses::default();
+        for (type_url, status) in iter {
+            *statuses.entry(&type_url) = status;
+        }
+        statuses
+    }
+}
+
+impl std::ops::Index<&str> for TypeStatuses {
+    type Output = TypeStatus;
+
+    /// The status of `type_url`. Panics if the stream does not have that type, as a map's
+    /// index does.
+    fn index(&self, type_url: &str) -> &TypeStatus {
+        self.get(type_url).unwrap_or_else(|| panic!("the stream has no type {type_url}"))
+    }
+}
+
+impl<'a> IntoIterator for &'a TypeStatuses {
+    type Item = (&'a str, &'a TypeStatus);
+    type IntoIter = TypeStatusIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl Serialize for TypeStatuses {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
 /// The status of one stream.
 #[derive(Clone, Debug, Serialize)]
 pub struct StreamStatus {
@@ -121,9 +217,8 @@ pub struct StreamStatus {
     pub node_cluster: String,
     /// When the stream opened (milliseconds since the Unix epoch).
     pub opened_ms: u64,
-    /// Per type URL. Boxed: a B-tree node has room for eleven entries whatever it holds, and a
-    /// `TypeStatus` is ~300 bytes, so a stream of two types kept ~3 KiB of empty room.
-    pub types: BTreeMap<String, Box<TypeStatus>>,
+    /// Per type URL.
+    pub types: TypeStatuses,
     /// The group the cache serves the node from, when the cache groups nodes: as of the stream's
     /// first request, asked again at each NACK (a regroup moves streams).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -342,7 +437,7 @@ impl StatusRegistry {
             node_id: String::new(),
             node_cluster: String::new(),
             opened_ms: now_ms(),
-            types: BTreeMap::new(),
+            types: TypeStatuses::default(),
             group: None,
             unserved_since_ms: None,
             unserved_types: Vec::new(),
@@ -511,7 +606,7 @@ fn bounded_stream(
     listed: &BTreeMap<String, Listed>,
 ) -> serde_json::Value {
     let mut totals = BTreeMap::new();
-    for (type_url, t) in &mut status.types {
+    for (type_url, t) in status.types.iter_mut() {
         let counts = match listed.get(type_url) {
             Some(all) => (all.names, all.resources, all.errors),
             None => (t.names.len(), t.resources.len(), t.errors.len()),
@@ -539,7 +634,7 @@ fn bounded_stream(
                 .collect();
         }
         if counts.0 > MAX_LISTED || counts.1 > MAX_LISTED || counts.2 > MAX_LISTED {
-            totals.insert(type_url.clone(), counts);
+            totals.insert(type_url.to_owned(), counts);
         }
     }
     let mut value = serde_json::to_value(&status).unwrap_or_default();
@@ -570,6 +665,49 @@ mod tests {
 
     fn latest(log: &EventLog) -> StreamEventKind {
         log.to_vec().pop().unwrap().what
+    }
+
+    /// A stream's types are kept in type URL order whatever order they open in, read by URL,
+    /// and written as JSON as the map they replaced was: an object by type URL, in that order.
+    #[test]
+    fn a_streams_types_are_in_type_url_order_and_read_as_a_map() {
+        use xds_proto::ResourceType;
+        let custom = TypeUrl::parse("type.googleapis.com/acme.Widget");
+        let mut types = TypeStatuses::default();
+        for (t, at) in [
+            (TypeUrl::from(ResourceType::Listener), 1),
+            (custom.clone(), 2),
+            (TypeUrl::from(ResourceType::Cluster), 3),
+        ] {
+            types.entry(&t).sent_ms = at;
+        }
+        types.entry(&TypeUrl::from(ResourceType::Cluster)).last_request_ms = 9;
+        let order: Vec<(&str, u64)> = types.iter().map(|(t, s)| (t, s.sent_ms)).collect();
+        assert_eq!(
+            order,
+            [
+                ("type.googleapis.com/acme.Widget", 2),
+                ("type.googleapis.com/envoy.config.cluster.v3.Cluster", 3),
+                ("type.googleapis.com/envoy.config.listener.v3.Listener", 1),
+            ]
+        );
+        assert_eq!(types.len(), 3);
+        assert_eq!(types["type.googleapis.com/envoy.config.cluster.v3.Cluster"].last_request_ms, 9);
+        assert_eq!(types.get(custom.as_str()).map(|s| s.sent_ms), Some(2));
+        assert!(
+            types.get("type.googleapis.com/envoy.config.route.v3.RouteConfiguration").is_none()
+        );
+        let json = serde_json::to_string(&types).unwrap();
+        let as_map: BTreeMap<&str, &TypeStatus> = types.iter().collect();
+        assert_eq!(json, serde_json::to_string(&as_map).unwrap());
+        // Collected, the last status of a type listed twice is kept, as a map's collect keeps it.
+        let cds = TypeUrl::from(ResourceType::Cluster);
+        let twice: TypeStatuses =
+            [(cds.clone(), TypeStatus::default()), (cds, types[custom.as_str()].clone())]
+                .into_iter()
+                .collect();
+        assert_eq!(twice.len(), 1);
+        assert_eq!(twice.iter().next().map(|(_, s)| s.sent_ms), Some(2));
     }
 
     #[test]

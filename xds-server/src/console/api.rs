@@ -273,7 +273,7 @@ impl Row {
                             cell.state = state;
                             cell.since_ms = since_ms;
                             cell.stream = stream;
-                            cell.type_url.clone_from(type_url);
+                            type_url.clone_into(&mut cell.type_url);
                         }
                     }
                     None => cells.push(Cell {
@@ -281,7 +281,7 @@ impl Row {
                         state,
                         since_ms,
                         stream,
-                        type_url: type_url.clone(),
+                        type_url: type_url.to_owned(),
                         streams: 1,
                     }),
                 }

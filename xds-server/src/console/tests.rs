@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde_json::json;
-use xds_proto::ResourceType;
+use xds_proto::{ResourceType, TypeUrl};
 
 use super::api::{CellState, ProxyQuery, proxies_page, proxy_detail};
 use crate::status::{NackStatus, StreamStatus, TypeStatus};
@@ -28,7 +28,7 @@ fn pending(sent: &str, acked: &str) -> TypeStatus {
 
 fn nacked(sent: &str, kept: &str, error: &str) -> TypeStatus {
     let nack = NackStatus::new(kept.into(), sent.into(), format!("n-{sent}"), error, 1_000);
-    TypeStatus { nack: Some(nack), ..pending(sent, kept) }
+    TypeStatus { nack: Some(Box::new(nack)), ..pending(sent, kept) }
 }
 
 fn stream(
@@ -43,7 +43,7 @@ fn stream(
         node_id: node.into(),
         node_cluster: String::new(),
         opened_ms: 100 + id,
-        types: types.into_iter().map(|(t, s)| (t.type_url().to_owned(), Box::new(s))).collect(),
+        types: types.into_iter().map(|(t, s)| (TypeUrl::parse(t.type_url()), s)).collect(),
         group: group.map(str::to_owned),
         unserved_since_ms: None,
         unserved_types: Vec::new(),

@@ -473,10 +473,7 @@ mod tests {
             node_id: node_id.into(),
             node_cluster: String::new(),
             opened_ms: 0,
-            types: types
-                .into_iter()
-                .map(|(t, s)| (TypeUrl::from(t).to_string(), Box::new(s)))
-                .collect(),
+            types: types.into_iter().map(|(t, s)| (TypeUrl::from(t), s)).collect(),
             group: None,
             unserved_since_ms: None,
             unserved_types: Vec::new(),
@@ -521,14 +518,14 @@ mod tests {
             sent_version: Some("v9".into()),
             sent_nonce: Some("2".into()),
             acked_version: Some("v8".into()),
-            nack: Some(NackStatus {
+            nack: Some(Box::new(NackStatus {
                 error_bytes: 0,
                 version: "v8".into(),
                 rejected_version: "v9".into(),
                 nonce: "2".into(),
                 error: "bad endpoint".into(),
                 at_ms: 1_500,
-            }),
+            })),
             resources: held(&[("e1", Some("re1"))]),
             ..Default::default()
         };
@@ -606,14 +603,14 @@ mod tests {
             sent_version: Some("v3".into()),
             sent_nonce: Some("5".into()),
             acked_version: Some("v1".into()),
-            nack: Some(NackStatus {
+            nack: Some(Box::new(NackStatus {
                 error_bytes: 0,
                 version: "v1".into(),
                 rejected_version: "v2".into(),
                 nonce: "4".into(),
                 error: "x".into(),
                 at_ms: 0,
-            }),
+            })),
             resources: held(&[("a", Some("ra"))]),
             ..Default::default()
         };

@@ -82,9 +82,8 @@ impl<P: WireProtocol> Detail for Shareable<P> {
         status.events = lock(&self.events).to_vec();
         let mut listed = BTreeMap::new();
         for (t, sub) in lock(&self.core).sub_streams() {
-            let type_url = t.to_string();
-            let all = fill_status(sub, status.types.entry(type_url.clone()).or_default(), limit);
-            listed.insert(type_url, all);
+            let all = fill_status(sub, status.types.entry(t), limit);
+            listed.insert(t.to_string(), all);
         }
         listed
     }

@@ -14,16 +14,9 @@ use crate::status::{
     lock, now_ms,
 };
 
-/// The status of `type_key` on the stream, created on first use. Looked up by reference: a type
-/// is named on every request and response, and its key is copied only once per stream. Found
-/// by a scan of the stream's few types, whose equality compares lengths first: the map's ordered
-/// search compared the long prefix every type URL shares ("type.googleapis.com/envoy."), twice.
+/// The status of `type_key` on the stream, created on first use.
 fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
-    let key = type_key.as_str();
-    match status.types.keys().position(|k| k == key) {
-        Some(i) => status.types.values_mut().nth(i).map(|ts| &mut **ts).expect("found above"),
-        None => status.types.entry(key.to_owned()).or_default(),
-    }
+    status.types.entry(type_key)
 }
 
 /// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
@@ -98,7 +91,7 @@ pub(super) fn record(
                     error_bytes = nack.error_bytes,
                     "NACK"
                 );
-                type_status(&mut status, type_key).nack = Some(nack);
+                type_status(&mut status, type_key).nack = Some(Box::new(nack));
             }
             Event::Stale { type_key } => {
                 let label = shared.label(type_key);

@@ -702,9 +702,5 @@ pub fn type_status(
     node_id: &str,
     t: ResourceType,
 ) -> Option<xds_server::TypeStatus> {
-    server
-        .status()
-        .node(node_id)
-        .first()
-        .and_then(|s| s.types.get(t.type_url()).map(|t| xds_server::TypeStatus::clone(t)))
+    server.status().node(node_id).first().and_then(|s| s.types.get(t.type_url()).cloned())
 }
