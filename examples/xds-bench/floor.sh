@@ -11,7 +11,10 @@
 # Env (defaults): ROUNDS (3) CLIENTS (1000) CLUSTERS (10000) UPDATES (20) MODES ("delta sotw")
 # BIN (target/release: build first with `cargo build --release -p xds-bench`; the binaries are
 # copied out so that a concurrent build cannot swap them mid-run) GRPC_PORT / HTTP_PORT
-# (18700 / 18701) KEEP=1 to keep the reports, REPORTS=<kept dir> to summarize them again without
+# (18700 / 18701) WARM=1 to have one client fetch everything and leave before each measured run
+# (the idle figures, RSS above all, then count what each client costs, not also what the first
+# request builds once: the project encodes a whole set when it is first asked for, the floor
+# frames its responses at its first storm), KEEP=1 to keep the reports, REPORTS=<kept dir> to summarize them again without
 # running anything. Extra arguments go to every xds-load run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -58,6 +61,11 @@ run() {
   done
   grep -q ' pid ' "$log" || { echo "$server did not start:" >&2; cat "$log" >&2; exit 1; }
   sleep 1
+  if [ "${WARM:-0}" = 1 ]; then
+    "$WORK/xds-load" --server "http://$GRPC" --clients 1 --mode "$mode" --updates 0 --brief \
+      >"$report.warm" 2>&1 || { echo "$server: the warm-up run failed:" >&2; cat "$report.warm" >&2; exit 1; }
+    sleep 1
+  fi
   "$WORK/xds-load" --server "http://$GRPC" --trigger "http://$HTTP/bench/update?i={k}" \
     --stats "http://$HTTP/bench/stats" --server-pid "$SERVER_PID" --clients "$CLIENTS" \
     --mode "$mode" --updates "$UPDATES" --brief "${EXTRA[@]}" >"$report" 2>&1 || true
@@ -70,7 +78,8 @@ run() {
 # RSS per client (KiB), xds-load CPU storm (s), xds-load CPU updates (s), CPU per update response
 # (µs: both servers send a stream's changes together while its last response awaits its ACK, so
 # the responses sent per update differ between runs), storm user CPU (s), user CPU per update
-# (ms), storm received (MiB), verdict.
+# (ms), storm received (MiB), anonymous memory per client (KiB: the RSS less the binary's pages
+# read from disk, whose count moves between builds), verdict.
 figures() {
   awk '
     /^server CPU: storm/ { storm = $4; updates_cpu = $7; per_update = $9; gsub(/[(]/, "", per_update) }
@@ -78,19 +87,20 @@ figures() {
     /^update traffic:/ { responses = $3 }
     /^all updates/ { for (i = 1; i <= NF; i++) if ($i == "p99") { p99 = $(i + 1); sub(/ms$/, "", p99) } }
     /KiB per client/ { for (i = 1; i <= NF; i++) if ($i == "KiB" && $(i + 1) == "per") { rss = $(i - 1); gsub(/[(]/, "", rss) } }
+    /KiB anonymous per client/ { for (i = 1; i <= NF; i++) if ($i == "KiB" && $(i + 1) == "anonymous") { anon = $(i - 1); gsub(/[(]/, "", anon) } }
     /^xds-load itself/ { load_storm = $5; load_updates = $8 }
     /^storm: .* received$/ { received = $(NF - 2) }
     / passed, / { verdict = $0 }
     END {
       per_response = responses > 0 ? sprintf("%.1f", updates_cpu * 1e6 / responses) : ""
-      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, per_response, storm_user, user_per_update, received, verdict
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", storm, per_update, p99, rss, load_storm, load_updates, per_response, storm_user, user_per_update, received, anon, verdict
     }
   ' "$1"
 }
 
 summary() {
 echo
-echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates), project / floor:"
+echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates$([ "${WARM:-0}" = 1 ] && echo ', each server warmed by one client first')), project / floor:"
 awk -F'\t' '
   function median(list,    n, a, i, j, t) {
     n = split(list, a, " ")
@@ -99,14 +109,15 @@ awk -F'\t' '
   }
   NR > 1 {
     modes[$3] = 1
-    for (c = 4; c <= 12; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
-    if ($14 !~ / 0 failed$/) bad[$3, $2]++
+    for (c = 4; c <= 14; c++) v[$3, $2, c] = v[$3, $2, c] " " $c
+    if ($15 !~ / 0 failed$/) bad[$3, $2]++
   }
   END {
-    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)|server CPU per response (us)|storm server user CPU (s)|user CPU per update (ms)", name, "|")
+    split("storm server CPU (s)|server CPU per update (ms)|update p99 (ms)|server RSS per client (KiB)|xds-load CPU, storm (s)|xds-load CPU, updates (s)|server CPU per response (us)|storm server user CPU (s)|user CPU per update (ms)|storm received (MiB)|anonymous per client (KiB)", name, "|")
     for (m in modes) {
       printf "%s%s\n", m, (bad[m, "project"] || bad[m, "floor"]) ? "  (some runs FAILED: see the runs above)" : ""
-      for (c = 4; c <= 12; c++) {
+      for (c = 4; c <= 14; c++) {
+        if (c == 13) continue
         p = median(v[m, "project", c]); f = median(v[m, "floor", c])
         printf "  %-28s project %9.2f [%s ]  floor %9.2f [%s ]  ratio %s\n", name[c - 3], p, v[m, "project", c], f, v[m, "floor", c], (f > 0 ? sprintf("%.2f", p / f) : "-")
       }
@@ -116,7 +127,7 @@ awk -F'\t' '
 }
 
 header() {
-  printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tcpu_per_response_us\tstorm_user_cpu_s\tuser_cpu_per_update_ms\tstorm_received_mib\tverdict\n'
+  printf 'run\tserver\tmode\tstorm_cpu_s\tcpu_per_update_ms\tupdate_p99_ms\trss_per_client_kib\tload_cpu_storm_s\tload_cpu_updates_s\tcpu_per_response_us\tstorm_user_cpu_s\tuser_cpu_per_update_ms\tstorm_received_mib\tanon_per_client_kib\tverdict\n'
 }
 
 if [ -n "${REPORTS:-}" ]; then

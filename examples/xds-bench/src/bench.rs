@@ -429,6 +429,14 @@ pub async fn run(o: Options) -> bool {
             mib(s1.rss_kib),
             mib(s2.rss_kib),
         );
+        let anon_per_client =
+            s1.anon_kib.saturating_sub(idle.anon_kib) as f64 / o.clients.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "server: anonymous memory idle {}, with clients {} ({anon_per_client:.1} KiB anonymous per client)",
+            mib(idle.anon_kib),
+            mib(s1.anon_kib),
+        );
         let cpu_updates = s2.cpu_s - s1.cpu_s;
         let _ = writeln!(
             out,

@@ -13,6 +13,10 @@ pub struct ProcSample {
     pub user_s: f64,
     /// Resident set size, in KiB (`VmRSS`).
     pub rss_kib: u64,
+    /// Of which anonymous memory, in KiB (`RssAnon`): the heap and the stacks, what the process
+    /// allocated. The rest of the RSS is mostly pages of the binary read from disk, and how many
+    /// of them are resident moves by half a MiB between two builds of the same code.
+    pub anon_kib: u64,
 }
 
 /// Samples process `pid` (`"self"` for this one) from `/proc/<pid>/stat` and `/proc/<pid>/status`.
@@ -25,14 +29,21 @@ pub fn sample(pid: &str) -> io::Result<ProcSample> {
     // utime is field 14 and stime field 15 of the file: 11 and 12 after the state.
     let (user_ticks, cpu_ticks) = (ticks(11), ticks(11) + ticks(12));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     let seconds = |ticks: u64| ticks as f64 / clock_ticks() as f64;
-    Ok(ProcSample { cpu_s: seconds(cpu_ticks), user_s: seconds(user_ticks), rss_kib })
+    Ok(ProcSample {
+        cpu_s: seconds(cpu_ticks),
+        user_s: seconds(user_ticks),
+        rss_kib: kib("VmRSS:"),
+        anon_kib: kib("RssAnon:"),
+    })
 }
 
 fn clock_ticks() -> i64 {
@@ -62,6 +73,7 @@ mod tests {
     fn samples_this_process() {
         let s = sample("self").unwrap();
         assert!(s.rss_kib > 0);
+        assert!(s.anon_kib > 0 && s.anon_kib <= s.rss_kib);
         assert!(s.cpu_s >= s.user_s && s.user_s >= 0.0);
     }
 
