@@ -14,7 +14,8 @@
 # (18700 / 18701) WARM=1 to have one client fetch everything and leave before each measured run
 # (the idle figures, RSS above all, then count what each client costs, not also what the first
 # request builds once: the project encodes a whole set when it is first asked for, the floor
-# frames its responses at its first storm), KEEP=1 to keep the reports, REPORTS=<kept dir> to summarize them again without
+# frames its responses at its first storm; a kept report's summary does not say whether it was
+# warmed), KEEP=1 to keep the reports, REPORTS=<kept dir> to summarize them again without
 # running anything. Extra arguments go to every xds-load run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -63,7 +64,11 @@ run() {
   sleep 1
   if [ "${WARM:-0}" = 1 ]; then
     "$WORK/xds-load" --server "http://$GRPC" --clients 1 --mode "$mode" --updates 0 --brief \
-      >"$report.warm" 2>&1 || { echo "$server: the warm-up run failed:" >&2; cat "$report.warm" >&2; exit 1; }
+      "${EXTRA[@]}" >"$report.warm" 2>&1 || {
+      echo "$server: the warm-up run failed:" >&2
+      cat "$report.warm" >&2
+      exit 1
+    }
     sleep 1
   fi
   "$WORK/xds-load" --server "http://$GRPC" --trigger "http://$HTTP/bench/update?i={k}" \
@@ -100,7 +105,9 @@ figures() {
 
 summary() {
 echo
-echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates$([ "${WARM:-0}" = 1 ] && echo ', each server warmed by one client first')), project / floor:"
+warmed=""
+[ "${WARM:-0}" = 1 ] && warmed=", each server warmed by one client first"
+echo "medians over $ROUNDS rounds ($CLIENTS clients x $CLUSTERS clusters, $UPDATES updates$warmed), project / floor:"
 awk -F'\t' '
   function median(list,    n, a, i, j, t) {
     n = split(list, a, " ")

@@ -3,13 +3,17 @@
 
 usage: massif-sites.py <idle snapshot> <snapshot with clients> <clients> [min bytes per client]
 
-Reads the detailed snapshots `massif.sh` writes and attributes every allocation to its site: the
-frame nearest the allocator that is in this workspace's code (a file of the workspace, called
-naming a function of an `xds_` crate, or in a file whose name no common dependency also uses),
-else the allocation's deepest frame
-(a dependency's, e.g. hyper's connection buffers). Prints each site's growth divided by the
-number of clients, largest first. A heuristic (massif names inlined frames by file name alone):
-read the tree with `ms_print` when a site looks odd.
+Reads the detailed snapshots `massif.sh` writes and attributes every allocation to a site, the
+first frame on its way from the allocator out that counts as this workspace's:
+- a frame whose text names an `xds_` crate (its function, or a type parameter of it: a
+  `Box<xds_core::stream::Slot<..>>::new` counts, and names the site by that frame);
+- else a frame with a function name, in a file whose name is one of the workspace's and not one
+  the standard library or a common dependency also uses (`SHARED_NAMES`).
+Frames massif could only name by file (`UnknownInlinedFun`) never count. An allocation with no
+such frame is put under the last frame massif kept for it (a dependency's, e.g. hyper's
+connection buffers; with `--depth=40`, possibly a frame midway up a deeper stack). Prints each
+site's growth divided by the number of clients, largest first. A heuristic: read the tree with
+`ms_print` when a site looks odd.
 """
 import collections
 import os
@@ -30,6 +34,7 @@ SHARED_NAMES = {
     "stream.rs", "decode.rs", "encode.rs", "body.rs", "config.rs", "error.rs", "store.rs",
     "util.rs", "types.rs", "codec.rs", "message.rs", "time.rs", "io.rs", "runtime.rs",
     "alloc.rs", "string.rs", "boxed.rs", "sync.rs", "rc.rs", "map.rs", "set.rs", "node.rs",
+    "watch.rs", "read.rs", "frame.rs", "signal.rs", "metrics.rs", "write.rs", "buffer.rs",
 }
 
 

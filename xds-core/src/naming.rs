@@ -90,6 +90,14 @@ pub(crate) struct DeltaNames {
 }
 
 impl Told {
+    /// Whether nothing is remembered.
+    fn is_empty(&self) -> bool {
+        self.spellings.is_empty()
+            && self.refused.is_empty()
+            && self.pending.is_empty()
+            && self.reported.is_empty()
+    }
+
     /// Forgets that `name` was refused, if it was: the client unsubscribed it, or the policy
     /// now takes it (a refusal would otherwise count against the limit for good).
     fn forget_refusal(&mut self, name: &str) -> bool {
@@ -123,6 +131,15 @@ impl Naming {
     /// What the sub-stream was told, made on first use, for writing.
     fn told_mut(&mut self) -> &mut Told {
         self.told.get_or_insert_with(Box::default)
+    }
+
+    /// Gives what the sub-stream was told back once all of it is forgotten: a name missing at
+    /// first (an endpoint's before its cluster's) would otherwise keep the maps for the life of
+    /// the stream.
+    fn shed(&mut self) {
+        if self.told.as_ref().is_some_and(|told| told.is_empty()) {
+            self.told = None;
+        }
     }
 
     /// The normal form of `name`, or why it is refused.
@@ -180,6 +197,7 @@ impl Naming {
                 told.refused.clear();
                 told.spellings.clear();
             }
+            self.shed();
             return names;
         }
         let before = match &mut self.told {
@@ -208,6 +226,7 @@ impl Naming {
                 },
             }
         }
+        self.shed();
         out
     }
 
@@ -273,6 +292,7 @@ impl Naming {
             // Plain names are their own normal form: a resuming proxy's 10,000 declarations are
             // taken as they came, not copied and re-inserted one by one.
             out.initial = initial;
+            self.shed();
             return out;
         }
         for (name, version) in initial {
@@ -284,6 +304,7 @@ impl Naming {
                 out.initial.insert(normal, version);
             }
         }
+        self.shed();
         out
     }
 
@@ -360,6 +381,7 @@ impl Naming {
             if let Some(told) = &mut self.told {
                 told.pending.clear();
             }
+            self.shed();
             return Vec::new();
         }
         if let Some(told) = self.told.as_mut().filter(|told| !told.reported.is_empty()) {
@@ -367,6 +389,7 @@ impl Naming {
                 told.reported.remove(name);
             }
         }
+        self.shed();
         let wildcard = sub.is_wildcard().then_some(WILDCARD);
         if self.told().pending.is_empty()
             && absent.is_empty()
@@ -464,6 +487,26 @@ mod tests {
         assert_eq!((errors[0].name.as_str(), errors[0].error.code), ("*", code::UNAVAILABLE));
         assert!(naming.told.is_some());
         assert_eq!(naming.standing(&sub).len(), 1, "the error stands while the wildcard does");
+    }
+
+    /// A name missing at first (an endpoint's before its cluster's) is told `NOT_FOUND`, and
+    /// what the sub-stream kept for it goes when the resource comes.
+    #[test]
+    fn what_was_told_goes_once_all_of_it_is_forgotten() {
+        let none = Errors(BTreeMap::new());
+        let mut naming = Naming::default();
+        let mut sub = Subscription::default();
+        sub.apply_delta(&names(&["e"]), None, &[], true, true);
+        let mut absent = vec![("e".to_owned(), true)];
+        let errors = naming.errors(&none, &sub, (&mut absent, &[]), &[], [].into_iter());
+        assert_eq!(errors.len(), 1);
+        assert_eq!(naming.standing(&sub).len(), 1);
+        assert!(naming.told.is_some());
+        assert!(
+            naming.errors(&none, &sub, (&mut Vec::new(), &[]), &[], ["e"].into_iter()).is_empty()
+        );
+        assert!(naming.standing(&sub).is_empty(), "the resource is the answer");
+        assert!(naming.told.is_none(), "nothing is left to remember");
     }
 
     /// What is told is kept whether or not the sub-stream was told anything before: a

@@ -118,11 +118,29 @@ pub(crate) fn bounded_owned(s: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeStatuses(Vec<(TypeUrl, TypeStatus)>);
 
-/// The iterator of [`TypeStatuses::iter`].
-pub type TypeStatusIter<'a> = std::iter::Map<
-    std::slice::Iter<'a, (TypeUrl, TypeStatus)>,
-    fn(&'a (TypeUrl, TypeStatus)) -> (&'a str, &'a TypeStatus),
->;
+/// The iterator of [`TypeStatuses::iter`]: each type URL with its status, in type URL order.
+#[derive(Clone, Debug)]
+pub struct TypeStatusIter<'a>(std::slice::Iter<'a, (TypeUrl, TypeStatus)>);
+
+impl<'a> Iterator for TypeStatusIter<'a> {
+    type Item = (&'a str, &'a TypeStatus);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(t, status)| (t.as_str(), status))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for TypeStatusIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back().map(|(t, status)| (t.as_str(), status))
+    }
+}
+
+impl ExactSizeIterator for TypeStatusIter<'_> {}
 
 impl TypeStatuses {
     /// The status of `type_url`, if the stream has that type.
@@ -130,9 +148,24 @@ impl TypeStatuses {
         self.0.iter().find(|(t, _)| t.as_str() == type_url).map(|(_, status)| status)
     }
 
+    /// Whether the stream has `type_url`.
+    pub fn contains_key(&self, type_url: &str) -> bool {
+        self.get(type_url).is_some()
+    }
+
     /// Each type URL with its status, in type URL order.
     pub fn iter(&self) -> TypeStatusIter<'_> {
-        self.0.iter().map(|(t, status)| (t.as_str(), status))
+        TypeStatusIter(self.0.iter())
+    }
+
+    /// The type URLs, in order.
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
+        self.iter().map(|(t, _)| t)
+    }
+
+    /// The statuses, in type URL order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &TypeStatus> + ExactSizeIterator {
+        self.iter().map(|(_, status)| status)
     }
 
     /// How many types the stream has.
@@ -179,12 +212,13 @@ impl FromIterator<(TypeUrl, TypeStatus)> for TypeStatuses {
     }
 }
 
-impl std::ops::Index<&str> for TypeStatuses {
+impl<Q: AsRef<str> + ?Sized> std::ops::Index<&Q> for TypeStatuses {
     type Output = TypeStatus;
 
-    /// The status of `type_url`. Panics if the stream does not have that type, as a map's
-    /// index does.
-    fn index(&self, type_url: &str) -> &TypeStatus {
+    /// The status of `type_url` (a `&str`, a `&String`). Panics if the stream does not have
+    /// that type, as a map's index does.
+    fn index(&self, type_url: &Q) -> &TypeStatus {
+        let type_url = type_url.as_ref();
         self.get(type_url).unwrap_or_else(|| panic!("the stream has no type {type_url}"))
     }
 }
