@@ -10,14 +10,8 @@ use crate::callbacks::{Nack, StreamInfo};
 use crate::metrics::StreamCounters;
 use crate::server::Shared;
 use crate::status::{
-    EventLog, NackStatus, StreamEventKind, StreamStatus, TypeStatus, bounded_owned, event_text,
-    lock, now_ms,
+    EventLog, NackStatus, StreamEventKind, StreamStatus, bounded_owned, event_text, lock, now_ms,
 };
-
-/// The status of `type_key` on the stream, created on first use.
-fn type_status<'a>(status: &'a mut StreamStatus, type_key: &TypeUrl) -> &'a mut TypeStatus {
-    status.types.entry(type_key)
-}
 
 /// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
 /// response and ACK, and the version and nonce it keeps are as long each time.
@@ -45,7 +39,7 @@ pub(super) fn record(
         match event {
             Event::Request { type_key, subscribed, unsubscribed } => {
                 let now = now_ms();
-                type_status(&mut status, type_key).last_request_ms = now;
+                status.types.entry(type_key).last_request_ms = now;
                 if !subscribed.is_empty() || !unsubscribed.is_empty() {
                     let what = StreamEventKind::subscribed(subscribed, unsubscribed.len());
                     log.push(now, Some(shared.label(type_key)), what);
@@ -54,7 +48,7 @@ pub(super) fn record(
             Event::Ack { type_key, version, nonce, latency } => {
                 let label = shared.label(type_key);
                 counters.of(&shared.metrics, variant, type_key, || label).ack(*latency);
-                let ts = type_status(&mut status, type_key);
+                let ts = status.types.entry(type_key);
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
@@ -91,7 +85,7 @@ pub(super) fn record(
                     error_bytes = nack.error_bytes,
                     "NACK"
                 );
-                type_status(&mut status, type_key).nack = Some(Box::new(nack));
+                status.types.entry(type_key).nack = Some(Box::new(nack));
             }
             Event::Stale { type_key } => {
                 let label = shared.label(type_key);
@@ -100,7 +94,7 @@ pub(super) fn record(
             }
             Event::Sent { type_key, version, nonce, resources, heartbeat } => {
                 let now = now_ms();
-                let ts = type_status(&mut status, type_key);
+                let ts = status.types.entry(type_key);
                 set_text(&mut ts.sent_version, version);
                 set_text(&mut ts.sent_nonce, nonce);
                 ts.sent_ms = now;
@@ -164,7 +158,7 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: &[Event<Type
 mod tests {
     use xds_proto::{ResourceType, TypeUrl};
 
-    use super::{StreamStatus, set_text, type_status};
+    use super::{StreamStatus, set_text};
 
     /// Each type finds its own status, whichever order the types came in and whether or not its
     /// status existed; the first lookup creates it, once.
@@ -186,10 +180,10 @@ mod tests {
         let types = [ResourceType::Listener, ResourceType::Cluster, ResourceType::Secret]
             .map(TypeUrl::from);
         for (i, type_url) in types.iter().enumerate() {
-            type_status(&mut status, type_url).sent_ms = i as u64 + 1;
+            status.types.entry(type_url).sent_ms = i as u64 + 1;
         }
         for (i, type_url) in types.iter().enumerate().rev() {
-            assert_eq!(type_status(&mut status, type_url).sent_ms, i as u64 + 1, "{type_url}");
+            assert_eq!(status.types.entry(type_url).sent_ms, i as u64 + 1, "{type_url}");
         }
         assert_eq!(status.types.len(), 3);
         assert_eq!(status.types[types[2].as_str()].sent_ms, 3);
