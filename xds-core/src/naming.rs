@@ -108,12 +108,16 @@ impl Told {
         refused
     }
 
+    /// The client's spelling of a normal-form name.
+    fn spelled<'a>(&'a self, name: &'a str) -> &'a str {
+        self.spellings.get(name).map_or(name, String::as_str)
+    }
+
     /// Records `error` as told for `name` (normal form), and owes it under the client's
     /// spelling.
     fn report(&mut self, name: &str, error: ErrorDetail, owed: &mut BTreeMap<String, ErrorDetail>) {
-        let spelled = self.spellings.get(name).map_or(name, String::as_str).to_owned();
-        self.reported.insert(name.to_owned(), error.clone());
-        owed.insert(spelled, error);
+        owed.insert(self.spelled(name).to_owned(), error.clone());
+        self.reported.insert(name.to_owned(), error);
     }
 }
 
@@ -324,7 +328,7 @@ impl Naming {
                 sub.has_name(name) || sub.has_glob(name)
             };
             if subscribed {
-                out.insert(self.spelled(name).to_owned(), error.clone());
+                out.insert(told.spelled(name).to_owned(), error.clone());
             }
         }
         for (name, error) in &told.refused {
@@ -339,11 +343,6 @@ impl Naming {
     /// a delta client could otherwise make the sub-stream remember any number of bad names).
     pub(crate) fn refused_len(&self) -> usize {
         self.told().refused.len()
-    }
-
-    /// The client's spelling of a normal-form name.
-    pub(crate) fn spelled<'a>(&'a self, name: &'a str) -> &'a str {
-        self.told().spellings.get(name).map_or(name, String::as_str)
     }
 
     /// The spellings of the names in a response that differ from their normal form.
@@ -527,7 +526,7 @@ mod tests {
             &BTreeMap::new(),
         );
         assert_eq!(delta.subscribe, vec![normal.clone()]);
-        assert_eq!(naming.spelled(&normal), spelled);
+        assert_eq!(naming.told().spelled(&normal), spelled);
         assert_eq!(naming.refused_len(), 1);
         let mut sub = Subscription::default();
         sub.apply_delta(&delta.subscribe, None, &[], true, true);
