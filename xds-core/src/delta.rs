@@ -19,7 +19,7 @@ impl Protocol for Delta {
             // find in turn. A first request is never this: its empty list subscribes to the
             // wildcard (rule D8).
             let error = request.error_detail.as_ref();
-            let kind = sub.flow.classify(&request.response_nonce, error, "");
+            let kind = sub.flow.classify(&mut request.response_nonce, error, &mut String::new());
             sub.quiet_request = true;
             return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };
         }
@@ -41,7 +41,8 @@ impl Protocol for Delta {
         request.subscribe = names.subscribe;
         request.unsubscribe = names.unsubscribe;
         request.initial_resource_versions = names.initial;
-        let kind = sub.flow.classify(&request.response_nonce, request.error_detail.as_ref(), "");
+        let error = request.error_detail.as_ref();
+        let kind = sub.flow.classify(&mut request.response_nonce, error, &mut String::new());
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
         if first {

@@ -30,16 +30,18 @@ pub(crate) struct Flow {
 }
 
 impl Flow {
-    /// Classifies a request by its nonce (rules S4, S5, S7, D1) and moves the phase on.
+    /// Classifies a request by its nonce (rules S4, S5, S7, D1) and moves the phase on. The
+    /// answer's texts are taken from the request, not copied: an ACK is one per update per
+    /// client, and its nonce was read into a string of its own already.
     ///
     /// Nothing can be stale before the first response: a request whose nonce comes from another
     /// stream (a client that reconnected) is then taken as it is rather than ignored, which would
     /// leave that client waiting forever.
     pub(crate) fn classify(
         &mut self,
-        nonce: &str,
+        nonce: &mut String,
         error: Option<&ErrorDetail>,
-        version: &str,
+        version: &mut String,
     ) -> RequestKind {
         if self.phase == Phase::Unstarted {
             self.phase = Phase::Ready;
@@ -49,21 +51,16 @@ impl Flow {
             None => RequestKind::Spontaneous,
             Some(last) if last == nonce => {
                 self.phase = Phase::Ready;
+                let (nonce, version) = (std::mem::take(nonce), std::mem::take(version));
                 match error {
-                    None => {
-                        RequestKind::Ack { nonce: nonce.to_owned(), version: version.to_owned() }
-                    }
-                    Some(e) => RequestKind::Nack {
-                        nonce: nonce.to_owned(),
-                        version: version.to_owned(),
-                        error: e.clone(),
-                    },
+                    None => RequestKind::Ack { nonce, version },
+                    Some(e) => RequestKind::Nack { nonce, version, error: e.clone() },
                 }
             }
             // Delta: a request that answers nothing is a subscription change. SotW turns this
             // into `Stale` (rule S7): its requests always name the latest nonce they saw.
             Some(_) if nonce.is_empty() => RequestKind::Spontaneous,
-            Some(_) => RequestKind::Stale { nonce: nonce.to_owned() },
+            Some(_) => RequestKind::Stale { nonce: std::mem::take(nonce) },
         }
     }
 

@@ -12,11 +12,11 @@ impl Protocol for Sotw {
     type Request = SotwRequest;
     type Response<R: Resource> = SotwResponse<R>;
 
-    fn handle<R: Resource>(sub: &mut SubStream<Self, R>, request: SotwRequest) -> Handled {
+    fn handle<R: Resource>(sub: &mut SubStream<Self, R>, mut request: SotwRequest) -> Handled {
         let mut kind = sub.flow.classify(
-            &request.response_nonce,
+            &mut request.response_nonce,
             request.error_detail.as_ref(),
-            &request.version_info,
+            &mut request.version_info,
         );
         if kind == RequestKind::Spontaneous && sub.flow.last_nonce.is_some() {
             // Rule S7: a SotW request always names the latest nonce it saw; one without is stale.

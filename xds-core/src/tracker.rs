@@ -879,7 +879,12 @@ impl<R: Resource> Tracker<R> {
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
-        let mut found = Found { send: Vec::new(), aliased: false, diff: Diff::default() };
+        // Sized for an update's few names up front (an update compares one: growing from
+        // nothing cost more than the allocation); a full comparison's grow as found.
+        let room = names.len().min(8);
+        let mut found =
+            Found { send: Vec::with_capacity(room), aliased: false, diff: Diff::default() };
+        commit.changes.reserve(room);
         for name in names {
             self.compare_name(&name, lookup, comparing, &mut found, commit);
         }

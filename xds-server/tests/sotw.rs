@@ -109,6 +109,9 @@ async fn s04_ack_records_the_acked_version() {
     let r1 = ads.recv_type(CDS).await;
     assert_eq!(sotw_names(&r1), ["a", "b"]);
     assert!(!r1.nonce.is_empty() && !r1.version_info.is_empty());
+    // The ACK comes a while after the response: the status's last request is the ACK's (an
+    // ACK that changes no name is reported without a request event of its own).
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
     ads.ack(&r1).await;
     eventually("the ACK in the status", || {
         type_status(&t.server, "n1", CDS).and_then(|s| s.acked_version)
@@ -119,6 +122,7 @@ async fn s04_ack_records_the_acked_version() {
     assert!(s.wildcard);
     assert_eq!(s.sent_nonce.as_deref(), Some(r1.nonce.as_str()));
     assert_eq!(s.nack, None);
+    assert!(s.last_request_ms >= s.sent_ms + 25, "{} {}", s.last_request_ms, s.sent_ms);
     assert_eq!(t.metric("xds_acks_total", "sotw", "cluster"), 1.0);
 
     // The next change is sent after the ACK, full state (rule S11).

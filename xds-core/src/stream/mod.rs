@@ -193,6 +193,8 @@ pub struct Outgoing<K, T> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event<K> {
     /// A request was taken in; an `Ack`, `Nack` or `Stale` event follows if it answered a response.
+    /// A request that answers a response and changes no name is reported by that answer alone,
+    /// with no `Request` before it: every request is either a `Request`, an answer, or both.
     Request {
         /// The request's type.
         type_key: K,
@@ -500,11 +502,17 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             RequestKind::Stale { .. } => Some(Event::Stale { type_key: type_key.clone() }),
             RequestKind::Initial | RequestKind::Spontaneous => None,
         };
-        self.events.push_back(Event::Request {
-            type_key,
-            subscribed: handled.subscribed,
-            unsubscribed: handled.unsubscribed,
-        });
+        // A request that answers a response and changes no name (every request of a synced
+        // client, one per update) is reported by its answer alone: an empty `Request` before
+        // it told nothing, and cost every stream an event per update.
+        let changed = !handled.subscribed.is_empty() || !handled.unsubscribed.is_empty();
+        if changed || answer.is_none() {
+            self.events.push_back(Event::Request {
+                type_key,
+                subscribed: handled.subscribed,
+                unsubscribed: handled.unsubscribed,
+            });
+        }
         self.events.extend(answer);
         Ok(())
     }

@@ -49,6 +49,8 @@ pub(super) fn record(
                 let label = shared.label(type_key);
                 counters.of(&shared.metrics, variant, type_key, || label).ack(*latency);
                 let ts = status.types.entry(type_key);
+                // An answer that changed no name comes without a `Request`: it is the request.
+                ts.last_request_ms = now_ms();
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
@@ -85,12 +87,16 @@ pub(super) fn record(
                     error_bytes = nack.error_bytes,
                     "NACK"
                 );
-                status.types.entry(type_key).nack = Some(Box::new(nack));
+                let ts = status.types.entry(type_key);
+                ts.last_request_ms = now;
+                ts.nack = Some(Box::new(nack));
             }
             Event::Stale { type_key } => {
+                let now = now_ms();
+                status.types.entry(type_key).last_request_ms = now;
                 let label = shared.label(type_key);
                 shared.metrics.stale(variant, label);
-                log.push(now_ms(), Some(label), StreamEventKind::Stale);
+                log.push(now, Some(label), StreamEventKind::Stale);
             }
             Event::Sent { type_key, version, nonce, resources, heartbeat } => {
                 let now = now_ms();
