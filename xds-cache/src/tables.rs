@@ -398,6 +398,7 @@ mod tests {
         watch.read(&mut |view| {
             let mut names = Vec::new();
             let told = view.changed_since(since, &mut |n| names.push(n.to_owned()));
+            names.sort();
             seen = Some((view.is_ready(), view.revision(), told.then_some(names)));
         });
         seen.unwrap()

@@ -102,21 +102,21 @@ impl<R: Resource> Borrow<str> for ByName<R> {
 #[derive(Clone, Debug)]
 pub(crate) struct HeldMap<R> {
     /// Resources held under their own name.
-    own: BTreeSet<ByName<R>>,
+    own: Own<R>,
     /// Everything else: resources held under an alias, declared versions, absent names.
     other: BTreeMap<Arc<str>, Held<R>>,
 }
 
 impl<R> Default for HeldMap<R> {
     fn default() -> Self {
-        HeldMap { own: BTreeSet::new(), other: BTreeMap::new() }
+        HeldMap { own: Own::Few(Vec::new()), other: BTreeMap::new() }
     }
 }
 
 impl<R: Resource> HeldMap<R> {
     pub(crate) fn get(&self, name: &str) -> Option<HeldRef<'_, R>> {
         match self.own.get(name) {
-            Some(r) => Some(HeldRef::Sent(&r.0)),
+            Some(r) => Some(HeldRef::Sent(r)),
             None => self.other.get(name).map(Held::as_ref),
         }
     }
@@ -134,10 +134,10 @@ impl<R: Resource> HeldMap<R> {
         match held {
             Held::Sent(r) if r.name() == &*name => {
                 self.other.remove(&*name);
-                self.own.replace(ByName(r));
+                self.own.replace(r);
             }
             held => {
-                self.own.remove(&*name);
+                self.own.remove(&name);
                 self.other.insert(name, held);
             }
         }
@@ -151,13 +151,13 @@ impl<R: Resource> HeldMap<R> {
 
     /// Keeps the names for which `keep` says so.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.own.retain(|r| keep(r.0.name()));
+        self.own.retain(|r| keep(r.name()));
         self.other.retain(|name, _| keep(name));
     }
 
     /// Keeps the entries for which `keep` says so.
     pub(crate) fn retain_held(&mut self, mut keep: impl FnMut(HeldRef<'_, R>) -> bool) {
-        self.own.retain(|r| keep(HeldRef::Sent(&r.0)));
+        self.own.retain(|r| keep(HeldRef::Sent(r)));
         self.other.retain(|_, held| keep(held.as_ref()));
     }
 
@@ -183,9 +183,112 @@ impl<R: Resource> HeldMap<R> {
     /// Every entry, in name order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, HeldRef<'_, R>)> {
         Merge {
-            own: self.own.iter().map(|r| (r.0.name(), HeldRef::Sent(&r.0))).peekable(),
+            own: self.own.iter().map(|r| (r.name(), HeldRef::Sent(r))).peekable(),
             other: self.other.iter().map(|(n, h)| (&**n, h.as_ref())).peekable(),
         }
+    }
+}
+
+/// Resources held under their own name, in name order: a sorted list while they are few, a
+/// B-tree once many.
+///
+/// An up-to-date client keeps here only the changes it took since its base (fewer than the
+/// tracker's `REBASE_AFTER`, and none after each rebase), one more per update: the list finds,
+/// inserts and removes by moving a few pointers, where the B-tree walked, split and freed nodes
+/// (per client and update, 540 instructions to insert the change, and as much again to remove
+/// it at the next rebase). A client without a base (a view with no shared set) holds every
+/// resource here: 10,000 of them take the B-tree, whose insertion does not move them all.
+#[derive(Clone, Debug)]
+enum Own<R> {
+    Few(Vec<ByName<R>>),
+    Many(BTreeSet<ByName<R>>),
+}
+
+/// The most resources [`Own::Few`] holds; it is taken again at half as many, so that a size
+/// near the bound does not move them back and forth.
+const FEW: usize = 64;
+
+impl<R: Resource> Own<R> {
+    fn get(&self, name: &str) -> Option<&R> {
+        match self {
+            Own::Few(few) => few.binary_search_by(|r| r.0.name().cmp(name)).ok().map(|i| &few[i].0),
+            Own::Many(many) => many.get(name).map(|r| &r.0),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Own::Few(few) => few.len(),
+            Own::Many(many) => many.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Holds `r`, in place of a resource of its name.
+    fn replace(&mut self, r: R) {
+        match self {
+            Own::Few(few) => match few.binary_search_by(|held| held.0.name().cmp(r.name())) {
+                Ok(i) => few[i] = ByName(r),
+                Err(i) if few.len() < FEW => few.insert(i, ByName(r)),
+                Err(_) => {
+                    let mut many: BTreeSet<_> = std::mem::take(few).into_iter().collect();
+                    many.insert(ByName(r));
+                    *self = Own::Many(many);
+                }
+            },
+            Own::Many(many) => {
+                many.replace(ByName(r));
+            }
+        }
+    }
+
+    /// Whether a resource of `name` was held (it no longer is).
+    fn remove(&mut self, name: &str) -> bool {
+        let removed = match self {
+            Own::Few(few) => match few.binary_search_by(|r| r.0.name().cmp(name)) {
+                Ok(i) => {
+                    few.remove(i);
+                    true
+                }
+                Err(_) => false,
+            },
+            Own::Many(many) => many.remove(name),
+        };
+        if removed {
+            self.settle();
+        }
+        removed
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&R) -> bool) {
+        match self {
+            Own::Few(few) => few.retain(|r| keep(&r.0)),
+            Own::Many(many) => many.retain(|r| keep(&r.0)),
+        }
+        self.settle();
+    }
+
+    /// A list again once few (a rebase took most of them), and no room kept once empty: every
+    /// type of every connected client has one.
+    fn settle(&mut self) {
+        match self {
+            Own::Many(many) if many.len() <= FEW / 2 => {
+                *self = Own::Few(std::mem::take(many).into_iter().collect());
+            }
+            Own::Few(few) if few.is_empty() && few.capacity() > 0 => *few = Vec::new(),
+            _ => {}
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &R> {
+        let (few, many) = match self {
+            Own::Few(few) => (Some(few.iter()), None),
+            Own::Many(many) => (None, Some(many.iter())),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten()).map(|r| &r.0)
     }
 }
 
@@ -215,6 +318,52 @@ where
 mod tests {
     use super::*;
     use crate::resource::TestRes as Res;
+
+    /// Resources held under their own names are kept in a list while few, in a B-tree beyond
+    /// [`FEW`], and in a list again at half as many; every lookup, replacement and the order are
+    /// the same whichever holds them, and an emptied list keeps no room.
+    #[test]
+    fn own_resources_move_between_a_list_and_a_tree_with_their_count() {
+        let names: Vec<&'static str> = (0..FEW * 2)
+            .map(|i| &*Box::leak(format!("n{:03}", (i * 37) % (FEW * 2)).into()))
+            .collect();
+        let mut held = HeldMap::default();
+        let is_few = |held: &HeldMap<Res>| matches!(held.own, Own::Few(_));
+        for (i, name) in names.iter().enumerate() {
+            held.insert((*name).into(), Held::Sent(Res(name, "1")));
+            assert_eq!(is_few(&held), i < FEW, "{} held", i + 1);
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        let order =
+            |held: &HeldMap<Res>| held.iter().map(|(n, _)| n.to_owned()).collect::<Vec<_>>();
+        assert_eq!(order(&held), sorted);
+        held.insert(names[3].into(), Held::Sent(Res(names[3], "2")));
+        assert_eq!(
+            held.get(names[3]).and_then(HeldRef::version),
+            Some("2"),
+            "replaced in the tree"
+        );
+        assert_eq!(held.len(), FEW * 2);
+
+        // Down to half as many: a list again, in order, with what it held.
+        held.retain(|n| sorted.iter().position(|s| *s == n).is_some_and(|i| i < FEW / 2));
+        assert!(is_few(&held));
+        assert_eq!(order(&held), sorted[..FEW / 2]);
+        held.insert(sorted[0].into(), Held::Sent(Res(sorted[0], "3")));
+        assert_eq!(
+            held.get(sorted[0]).and_then(HeldRef::version),
+            Some("3"),
+            "replaced in the list"
+        );
+        assert!(held.get(sorted[FEW]).is_none());
+
+        for name in &sorted[..FEW / 2] {
+            held.remove(name);
+        }
+        assert!(held.is_empty());
+        assert!(matches!(&held.own, Own::Few(few) if few.capacity() == 0), "no room kept");
+    }
 
     #[test]
     fn a_name_lives_in_one_place_and_iteration_is_in_name_order() {

@@ -271,6 +271,61 @@ fn covering<'a, R: Resource>(
     Some(missing)
 }
 
+/// The names a view reported changed since a client's last comparison
+/// ([`View::changed_since`]), in the order reported. An update changes one name, and every client
+/// of the view compares it: a short one is kept here in place, so that the comparison of an
+/// update makes no string and no list for it (they were two allocations of the ten an update
+/// cost each client). Longer names, and more than one, go to the list.
+struct ChangedNames {
+    /// The first name, while it is the only one and fits (`short_len` bytes of it).
+    short: [u8; SHORT_NAME],
+    short_len: Option<u8>,
+    /// Every name, once there is more than one or the first did not fit.
+    list: Vec<String>,
+}
+
+/// The longest changed name kept in place: a cluster or listener name fits; an `xdstp://` name
+/// may not, and then takes a string, as every name did.
+const SHORT_NAME: usize = 96;
+
+impl ChangedNames {
+    fn new() -> Self {
+        ChangedNames { short: [0; SHORT_NAME], short_len: None, list: Vec::new() }
+    }
+
+    fn push(&mut self, name: &str) {
+        if self.short_len.is_none() && self.list.is_empty() && name.len() <= SHORT_NAME {
+            self.short[..name.len()].copy_from_slice(name.as_bytes());
+            // `name.len() <= SHORT_NAME`, which fits a `u8`.
+            self.short_len = u8::try_from(name.len()).ok();
+            return;
+        }
+        if let Some(first) = self.single().map(str::to_owned) {
+            self.short_len = None;
+            self.list.push(first);
+        }
+        self.list.push(name.to_owned());
+    }
+
+    fn is_empty(&self) -> bool {
+        self.short_len.is_none() && self.list.is_empty()
+    }
+
+    /// The one name reported, if exactly one was and it is kept in place.
+    fn single(&self) -> Option<&str> {
+        let len = usize::from(self.short_len?);
+        // Copied from a `&str` whole: valid UTF-8.
+        std::str::from_utf8(&self.short[..len]).ok()
+    }
+
+    fn into_vec(self) -> Vec<String> {
+        match self.single() {
+            Some(name) => vec![name.to_owned()],
+            None => self.list,
+        }
+    }
+}
+
 impl<R: Resource> Tracker<R> {
     /// Forgets the revision the held state was compared at: the next comparison looks at
     /// every subscribed name (a wildcard joined, or a client's version was not the view's).
@@ -576,11 +631,13 @@ impl<R: Resource> Tracker<R> {
     ) -> (Diff<R>, Commit<R>) {
         // What changed since the last comparison, if the view can tell: asked once, here.
         let changed = self.synced.and_then(|revision| {
-            let mut names = Vec::new();
-            let told = view.changed_since(revision, &mut |n| names.push(n.to_owned()));
+            let mut names = ChangedNames::new();
+            let told = view.changed_since(revision, &mut |n| names.push(n));
             told.then_some(names)
         });
-        if changed.as_ref().is_some_and(Vec::is_empty) && self.owes_nothing_unchanged(traits) {
+        if changed.as_ref().is_some_and(ChangedNames::is_empty)
+            && self.owes_nothing_unchanged(traits)
+        {
             // Nothing changed and nothing is owed whatever the view holds: the comparison finds
             // nothing, known without a lookup. A stream compares every type it has at each wake
             // (a change to one type, an ACK): most of those comparisons are this one.
@@ -849,7 +906,7 @@ impl<R: Resource> Tracker<R> {
         names.extend(sub.names().iter().filter(|n| set.get(n).is_none()).cloned());
         names.extend(forced.iter().cloned());
         commit.settle_declared = true;
-        self.compare_names(names.into_iter().collect(), BaseLookup::Own, comparing, commit)
+        self.compare_names(names.into_iter(), BaseLookup::Own, comparing, commit)
     }
 
     /// Compares every candidate name: the slow path, for clients that hold something and whose
@@ -858,9 +915,20 @@ impl<R: Resource> Tracker<R> {
         &self,
         comparing: &Comparing<'_, V>,
         set: Option<&ResourceSet<R>>,
-        changed: Option<Vec<String>>,
+        changed: Option<ChangedNames>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
+        if let Some(name) = changed.as_ref().and_then(ChangedNames::single)
+            && comparing.forced.is_empty()
+            && self.deferred.is_empty()
+            && !comparing.traits.aliases
+        {
+            // An update: one name changed and nothing else is owed, so the candidates would be
+            // that name alone. It is compared where it is kept, with no list made for it.
+            let names = std::iter::once(name);
+            return self.compare_names(names, BaseLookup::Changed, comparing, commit);
+        }
+        let changed = changed.map(ChangedNames::into_vec);
         let one_change = changed.as_ref().is_some_and(|names| names.len() == 1);
         let names = self.candidates(comparing, set, changed);
         // The base remembers one name: it serves the comparison of a single change, which every
@@ -868,13 +936,13 @@ impl<R: Resource> Tracker<R> {
         // a name forced or put off is this client's alone.
         let one_change = one_change && names.len() == 1;
         let lookup = if one_change { BaseLookup::Changed } else { BaseLookup::Own };
-        self.compare_names(names, lookup, comparing, commit)
+        self.compare_names(names.into_iter(), lookup, comparing, commit)
     }
 
     /// Compares each of `names` ([`compare_name`](Self::compare_name)).
-    fn compare_names<V: View<Resource = R> + ?Sized>(
+    fn compare_names<V: View<Resource = R> + ?Sized, S: AsRef<str>>(
         &self,
-        names: Vec<String>,
+        names: impl ExactSizeIterator<Item = S>,
         lookup: BaseLookup,
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
@@ -886,7 +954,7 @@ impl<R: Resource> Tracker<R> {
             Found { send: Vec::with_capacity(room), aliased: false, diff: Diff::default() };
         commit.changes.reserve(room);
         for name in names {
-            self.compare_name(&name, lookup, comparing, &mut found, commit);
+            self.compare_name(name.as_ref(), lookup, comparing, &mut found, commit);
         }
         found.into_diff()
     }
@@ -1028,6 +1096,36 @@ mod tests {
     use crate::message::{DeltaRequest, DeltaResource};
     use crate::nonce::Nonces;
     use crate::substream::{DeltaSubStream, SubStream};
+
+    /// One short name is kept in place; a second name, or a name too long for the place, puts
+    /// every name in the list, in the order reported (duplicates too: the comparison dedups).
+    #[test]
+    fn a_single_short_changed_name_is_kept_in_place_and_more_go_to_the_list() {
+        let mut one = ChangedNames::new();
+        assert!(one.is_empty() && one.single().is_none());
+        one.push("cluster-7");
+        assert_eq!((one.single(), one.list.len(), one.is_empty()), (Some("cluster-7"), 0, false));
+        assert_eq!(one.into_vec(), ["cluster-7"]);
+
+        let mut two = ChangedNames::new();
+        for name in ["b", "a", "b"] {
+            two.push(name);
+        }
+        assert_eq!(two.single(), None);
+        assert_eq!(two.into_vec(), ["b", "a", "b"]);
+
+        let long = "x".repeat(SHORT_NAME + 1);
+        let mut long_first = ChangedNames::new();
+        long_first.push(&long);
+        assert!(!long_first.is_empty() && long_first.single().is_none());
+        long_first.push("a");
+        assert_eq!(long_first.into_vec(), [long.as_str(), "a"]);
+
+        let exact = "é".repeat(SHORT_NAME / 2);
+        let mut fits = ChangedNames::new();
+        fits.push(&exact);
+        assert_eq!(fits.single(), Some(exact.as_str()), "a name of exactly the place's size");
+    }
 
     #[derive(Clone, Debug, PartialEq, Eq)]
     struct Res(Arc<str>, &'static str);

@@ -243,6 +243,15 @@ impl TypeUrl {
         }
     }
 
+    /// The type URL string, borrowed for the life of the program when the type is built in (no
+    /// copy: a response names its type, and most are of built-in types), copied otherwise.
+    pub fn to_static_str(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            TypeUrl::Builtin(t) => std::borrow::Cow::Borrowed(t.type_url()),
+            TypeUrl::Custom(c) => std::borrow::Cow::Owned(c.type_url.to_string()),
+        }
+    }
+
     /// The built-in type, if this is one.
     pub fn builtin(&self) -> Option<ResourceType> {
         match self {
@@ -420,6 +429,19 @@ mod tests {
             assert_eq!(format!("{TYPE_URL_PREFIX}{}", t.message_name()), url);
             assert_eq!(TypeUrl::parse(&url).message_name(), t.message_name());
         }
+    }
+
+    /// A built-in type's URL is lent for the life of the program; a custom one is copied.
+    #[test]
+    fn a_builtin_type_url_is_lent_and_a_custom_one_copied() {
+        let builtin = TypeUrl::from(ResourceType::Cluster);
+        let lent = builtin.to_static_str();
+        assert!(matches!(lent, std::borrow::Cow::Borrowed(_)));
+        assert_eq!(lent, ResourceType::Cluster.type_url());
+        let custom = TypeUrl::parse("type.googleapis.com/acme.v1.Widget");
+        let copied = custom.to_static_str();
+        assert!(matches!(copied, std::borrow::Cow::Owned(_)));
+        assert_eq!(copied, custom.as_str());
     }
 
     #[test]

@@ -746,7 +746,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
                     version_info: version,
                     shared: None,
                     resources,
-                    type_url: type_url.as_str().to_owned(),
+                    type_url: type_url.to_static_str(),
                     nonce: String::new(),
                     control_plane: shared.config.control_plane_id.clone(),
                     resource_errors: Vec::new(),

@@ -393,6 +393,36 @@ impl EventLog {
         self.events.push_back(StreamEvent { at_ms, type_label, what });
     }
 
+    /// Adds a response sent, at `at_ms`, as [`push`](Self::push) adds an event. A full ring
+    /// gives the oldest event's text to the new one when they are as long (a stream's versions
+    /// are: a cache's digests, a counter's digits): one allocation fewer per response, which
+    /// every client's every update pays.
+    pub(crate) fn push_sent(
+        &mut self,
+        at_ms: u64,
+        type_label: Option<&'static str>,
+        version: &str,
+        resources: usize,
+    ) {
+        if self.capacity == 0 {
+            return;
+        }
+        let version = truncate(version, MAX_EVENT_TEXT);
+        let evicted = (self.events.len() >= self.capacity).then(|| self.events.pop_front());
+        let text = match evicted.flatten().map(|e| e.what) {
+            Some(StreamEventKind::Sent { version: old, .. }) if old.len() == version.len() => {
+                let mut bytes = old.into_boxed_bytes();
+                bytes.copy_from_slice(version.as_bytes());
+                // The bytes of a `&str`: the check passes, and keeps this free of `unsafe`.
+                String::from_utf8(bytes.into_vec()).map_or_else(|_| version.into(), String::into)
+            }
+            _ => version.into(),
+        };
+        let what =
+            StreamEventKind::Sent { version: text, resources, acked: false, latency_ms: None };
+        self.events.push_back(StreamEvent { at_ms, type_label, what });
+    }
+
     /// Marks the type's latest response ACKed, if it is the type's latest response or answer
     /// and not ACKed yet. (A request that ACKs may change the subscription too: its
     /// `Subscribed` comes first. The ACK of a TTL heartbeat finds its response ACKed already.)
@@ -754,6 +784,42 @@ mod tests {
         assert_eq!(kept, [2, 3, 4]);
         let mut off = EventLog::new(0);
         off.push(1, None, StreamEventKind::Stale);
+        assert!(off.to_vec().is_empty());
+    }
+
+    /// A response sent goes in as any event; a full ring gives the oldest response's text to
+    /// the new one when they are as long, and the new text is the new version, cut as any.
+    #[test]
+    fn a_response_sent_takes_the_place_and_text_of_the_oldest() {
+        let text_at = |log: &EventLog, i: usize| match &log.events[i].what {
+            StreamEventKind::Sent { version, .. } => version.as_ptr(),
+            _ => std::ptr::null(),
+        };
+        let mut log = EventLog::new(2);
+        log.push_sent(1, Some("cluster"), "aaaa", 1);
+        log.push_sent(2, Some("cluster"), "bbbb", 1);
+        let oldest = text_at(&log, 0);
+        log.push_sent(3, Some("cluster"), "cccc", 2);
+        let kept: Vec<(u64, StreamEventKind)> =
+            log.to_vec().into_iter().map(|e| (e.at_ms, e.what)).collect();
+        let sent2 = |v: &str| StreamEventKind::Sent {
+            version: v.into(),
+            resources: 2,
+            acked: false,
+            latency_ms: None,
+        };
+        assert_eq!(kept, [(2, sent("bbbb")), (3, sent2("cccc"))]);
+        assert_eq!(text_at(&log, 1), oldest, "the evicted text's allocation, rewritten");
+        // Of another length, or after another kind of event: a text of its own.
+        log.push_sent(4, Some("cluster"), "dd", 1);
+        log.push(5, Some("cluster"), StreamEventKind::Stale);
+        log.push_sent(6, Some("cluster"), "eeee", 1);
+        assert_eq!(latest(&log), sent("eeee"));
+        let long = "v".repeat(MAX_EVENT_TEXT + 10);
+        log.push_sent(7, Some("cluster"), &long, 1);
+        assert_eq!(latest(&log), sent(&long[..MAX_EVENT_TEXT]));
+        let mut off = EventLog::new(0);
+        off.push_sent(1, None, "1", 1);
         assert!(off.to_vec().is_empty());
     }
 

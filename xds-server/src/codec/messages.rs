@@ -13,6 +13,7 @@
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
@@ -31,8 +32,8 @@ pub struct SotwWire {
     pub shared: Option<EncodedSet>,
     /// Field 2: each encoded as an `Any`.
     pub resources: Vec<EncodedResource>,
-    /// Field 4.
-    pub type_url: String,
+    /// Field 4. A built-in type's URL is borrowed, not copied into every response.
+    pub type_url: Cow<'static, str>,
     /// Field 5.
     pub nonce: String,
     /// Field 6: `ControlPlane.identifier`, if set.
@@ -53,8 +54,8 @@ pub struct DeltaWire {
     pub shared: Option<EncodedSet>,
     /// Field 2: `Resource` messages.
     pub resources: Vec<DeltaResource<EncodedResource>>,
-    /// Field 4.
-    pub type_url: String,
+    /// Field 4. A built-in type's URL is borrowed, not copied into every response.
+    pub type_url: Cow<'static, str>,
     /// Field 5.
     pub nonce: String,
     /// Field 6.
@@ -90,7 +91,7 @@ impl SotwWire {
             version_info: r.version_info,
             shared,
             resources: r.resources,
-            type_url: type_url.as_str().to_owned(),
+            type_url: type_url.to_static_str(),
             nonce: r.nonce,
             control_plane: cp.map(str::to_owned),
             resource_errors: r.resource_errors,
@@ -130,7 +131,7 @@ impl DeltaWire {
             system_version_info: r.system_version_info,
             shared,
             resources: r.resources,
-            type_url: type_url.as_str().to_owned(),
+            type_url: type_url.to_static_str(),
             nonce: r.nonce,
             removed_resources: r.removed_resources,
             control_plane: cp.map(str::to_owned),

@@ -107,13 +107,7 @@ pub(super) fn record(
                 // A TTL heartbeat renews what the client holds: the history would be nothing
                 // else for a quiet stream.
                 if !heartbeat {
-                    let what = StreamEventKind::Sent {
-                        version: event_text(version),
-                        resources: *resources,
-                        acked: false,
-                        latency_ms: None,
-                    };
-                    log.push(now, Some(shared.label(type_key)), what);
+                    log.push_sent(now, Some(shared.label(type_key)), version, *resources);
                 }
             }
         }
