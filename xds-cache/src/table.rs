@@ -404,7 +404,8 @@ impl View for ResourceTable {
             return true;
         }
         // Newest first, from the end of the index: an update's comparison asks for the last
-        // change or the last few, which a range would have searched 10,000 entries for.
+        // change or the last few, which a range found by a search from the root of the index
+        // (10,000 names: about 490 instructions per client and update).
         let newer = self.changes.iter().rev();
         for name in newer.map_while(|(r, name)| (*r > revision).then_some(name)) {
             f(name);

@@ -192,8 +192,8 @@ impl<R: Resource> HeldMap<R> {
 /// Resources held under their own name, in name order: a sorted list while they are few, a
 /// B-tree once many.
 ///
-/// An up-to-date client keeps here only the changes it took since its base (fewer than the
-/// tracker's `REBASE_AFTER`, and none after each rebase), one more per update: the list finds,
+/// An up-to-date client keeps here only the changes it took since its base (about the tracker's
+/// `REBASE_AFTER`, and none after each rebase), one more per update: the list finds,
 /// inserts and removes by moving a few pointers, where the B-tree walked, split and freed nodes
 /// (per client and update, 540 instructions to insert the change, and as much again to remove
 /// it at the next rebase). A client without a base (a view with no shared set) holds every

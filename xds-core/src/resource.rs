@@ -97,9 +97,9 @@ pub trait View {
     }
 
     /// Calls `f` with the name of every resource created, changed or deleted after `revision`,
-    /// in any order (a name may be reported that in the end did not change, or twice). Returns `false`, having called
-    /// nothing, when the view cannot tell (the revision is too old or from another source); the core
-    /// then compares the whole subscription.
+    /// in any order (a name may be reported that in the end did not change, or twice). Returns
+    /// `false`, having called nothing, when the view cannot tell (the revision is too old or from
+    /// another source); the core then compares the whole subscription.
     fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
         let _ = (revision, f);
         false

@@ -274,8 +274,8 @@ fn covering<'a, R: Resource>(
 /// The names a view reported changed since a client's last comparison
 /// ([`View::changed_since`]), in the order reported. An update changes one name, and every client
 /// of the view compares it: a short one is kept here in place, so that the comparison of an
-/// update makes no string and no list for it (they were two allocations of the ten an update
-/// cost each client). Longer names, and more than one, go to the list.
+/// update makes no string and no list for it (two allocations, and their frees, per client and
+/// update). Longer names, and more than one, go to the list.
 struct ChangedNames {
     /// The first name, while it is the only one and fits (`short_len` bytes of it).
     short: [u8; SHORT_NAME],
@@ -287,6 +287,9 @@ struct ChangedNames {
 /// The longest changed name kept in place: a cluster or listener name fits; an `xdstp://` name
 /// may not, and then takes a string, as every name did.
 const SHORT_NAME: usize = 96;
+
+// The length kept is a `u8`: a longer place would lose names (see `ChangedNames::push`).
+const _: () = assert!(SHORT_NAME <= u8::MAX as usize);
 
 impl ChangedNames {
     fn new() -> Self {
@@ -947,12 +950,9 @@ impl<R: Resource> Tracker<R> {
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
     ) -> Diff<R> {
-        // Sized for an update's few names up front (an update compares one: growing from
-        // nothing cost more than the allocation); a full comparison's grow as found.
-        let room = names.len().min(8);
-        let mut found =
-            Found { send: Vec::with_capacity(room), aliased: false, diff: Diff::default() };
-        commit.changes.reserve(room);
+        // Not sized up front: a client that does not hold the changed name (an EDS subset)
+        // sends and records nothing, and should allocate nothing either.
+        let mut found = Found { send: Vec::new(), aliased: false, diff: Diff::default() };
         for name in names {
             self.compare_name(name.as_ref(), lookup, comparing, &mut found, commit);
         }

@@ -194,7 +194,8 @@ pub struct Outgoing<K, T> {
 pub enum Event<K> {
     /// A request was taken in; an `Ack`, `Nack` or `Stale` event follows if it answered a response.
     /// A request that answers a response and changes no name is reported by that answer alone,
-    /// with no `Request` before it: every request is either a `Request`, an answer, or both.
+    /// with no `Request` before it: every request the stream takes (one it refuses ends it) is
+    /// a `Request`, an answer, or both.
     Request {
         /// The request's type.
         type_key: K,

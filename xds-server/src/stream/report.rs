@@ -35,7 +35,8 @@ pub(super) fn record(
     let mut status = lock(status);
     let mut log = lock(log);
     for event in events {
-        // The wall clock is read by the events that keep a time (an ACK keeps none).
+        // Each event keeps when it happened (an answer: its request's time), read from the
+        // wall clock here.
         match event {
             Event::Request { type_key, subscribed, unsubscribed } => {
                 let now = now_ms();
