@@ -945,7 +945,7 @@ impl<R: Resource> Tracker<R> {
     /// Compares each of `names` ([`compare_name`](Self::compare_name)).
     fn compare_names<V: View<Resource = R> + ?Sized, S: AsRef<str>>(
         &self,
-        names: impl ExactSizeIterator<Item = S>,
+        names: impl Iterator<Item = S>,
         lookup: BaseLookup,
         comparing: &Comparing<'_, V>,
         commit: &mut Commit<R>,
