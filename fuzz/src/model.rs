@@ -88,14 +88,14 @@ impl View for MemView {
     }
 
     /// A hash of the content: the same resources give the same version (rule S16).
-    fn version(&self) -> String {
+    fn version(&self) -> xds_core::Text {
         let mut h = 0xcbf2_9ce4_8422_2325_u64;
         for (n, (v, _)) in &self.resources {
             for b in n.bytes().chain([0]).chain(v.bytes()).chain([1]) {
                 h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
             }
         }
-        format!("v{h:x}")
+        format!("v{h:x}").into()
     }
 
     fn get(&self, name: &str) -> Option<Res> {

@@ -151,7 +151,7 @@ impl LinearCache {
     }
 
     /// The type version SotW clients are sent (rule S16).
-    pub fn version(&self) -> String {
+    pub fn version(&self) -> xds_core::Text {
         self.read(xds_core::View::version)
     }
 

@@ -332,7 +332,7 @@ impl View for ResourceTable {
         self.revision
     }
 
-    fn version(&self) -> String {
+    fn version(&self) -> xds_core::Text {
         self.version.text()
     }
 

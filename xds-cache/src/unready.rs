@@ -18,8 +18,8 @@ impl View for Unready {
         0
     }
 
-    fn version(&self) -> String {
-        String::new()
+    fn version(&self) -> xds_core::Text {
+        xds_core::Text::new()
     }
 
     fn get(&self, _: &str) -> Option<EncodedResource> {

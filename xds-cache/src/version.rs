@@ -53,11 +53,12 @@ impl TypeVersion {
         self.0 ^= entry_hash(name, version);
     }
 
-    /// The version as text, in one exact allocation: the formatting machinery of `to_string`
-    /// costs more than the digits (a table is asked for its version at each response).
-    pub fn text(self) -> String {
+    /// The version as text, kept in place (16 bytes: see [`xds_core::Text`]), without the
+    /// formatting machinery of `to_string`, which costs more than the digits: a table is asked
+    /// for its version at each response.
+    pub fn text(self) -> xds_core::Text {
         // The check costs less than a char at a time.
-        String::from_utf8(self.hex().to_vec()).expect("hex digits are ASCII")
+        std::str::from_utf8(&self.hex()).map_or_else(|_| xds_core::Text::new(), Into::into)
     }
 
     /// The 16 lower-case hex digits, written without the formatting machinery: a delta response
@@ -102,7 +103,7 @@ mod tests {
             let expected = format!("{value:016x}");
             assert_eq!(version.to_string(), expected);
             assert_eq!(version.text(), expected);
-            assert_eq!(version.text().capacity(), 16, "one exact allocation");
+            assert!(version.text().is_inline(), "no allocation");
             assert_eq!(format!("{version:>18}"), format!("  {expected}"));
         }
     }

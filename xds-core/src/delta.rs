@@ -19,7 +19,8 @@ impl Protocol for Delta {
             // find in turn. A first request is never this: its empty list subscribes to the
             // wildcard (rule D8).
             let error = request.error_detail.as_ref();
-            let kind = sub.flow.classify(&mut request.response_nonce, error, &mut String::new());
+            let kind =
+                sub.flow.classify(&mut request.response_nonce, error, &mut crate::Text::new());
             sub.quiet_request = true;
             return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };
         }
@@ -42,7 +43,7 @@ impl Protocol for Delta {
         request.unsubscribe = names.unsubscribe;
         request.initial_resource_versions = names.initial;
         let error = request.error_detail.as_ref();
-        let kind = sub.flow.classify(&mut request.response_nonce, error, &mut String::new());
+        let kind = sub.flow.classify(&mut request.response_nonce, error, &mut crate::Text::new());
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
         if first {
@@ -153,13 +154,13 @@ impl Protocol for Delta {
     fn heartbeat<R: Resource>(
         _: &SubStream<Self, R>,
         held: Vec<R>,
-        nonce: String,
+        nonce: crate::Text,
     ) -> DeltaResponse<R> {
         let resources = held
             .into_iter()
             .map(|resource| DeltaResource::Present { resource, aliases: Vec::new() });
         DeltaResponse {
-            system_version_info: String::new(),
+            system_version_info: crate::Text::new(),
             nonce,
             resources: resources.collect(),
             shared: None,

@@ -3,6 +3,7 @@
 use crate::error::ErrorDetail;
 use crate::message::RequestKind;
 use crate::nonce::Nonces;
+use crate::text::Text;
 
 /// Where a sub-stream is in its request/response exchange.
 ///
@@ -26,7 +27,7 @@ pub(crate) enum Phase {
 pub(crate) struct Flow {
     pub(crate) phase: Phase,
     /// The nonce of the latest response sent on this sub-stream.
-    pub(crate) last_nonce: Option<String>,
+    pub(crate) last_nonce: Option<Text>,
 }
 
 impl Flow {
@@ -39,9 +40,9 @@ impl Flow {
     /// leave that client waiting forever.
     pub(crate) fn classify(
         &mut self,
-        nonce: &mut String,
+        nonce: &mut Text,
         error: Option<&ErrorDetail>,
-        version: &mut String,
+        version: &mut Text,
     ) -> RequestKind {
         if self.phase == Phase::Unstarted {
             self.phase = Phase::Ready;
@@ -74,19 +75,10 @@ impl Flow {
     }
 
     /// Records a response as sent and returns its nonce.
-    pub(crate) fn sent(&mut self, nonces: &mut Nonces) -> String {
+    pub(crate) fn sent(&mut self, nonces: &mut Nonces) -> Text {
         let nonce = nonces.next_nonce();
-        set_text(&mut self.last_nonce, &nonce);
+        self.last_nonce = Some(nonce.clone());
         self.phase = Phase::InFlight;
         nonce
-    }
-}
-
-/// Sets `slot` to `text` in the string it holds, if any: a sub-stream keeps its last nonce and
-/// version, written at every response, and each is as long as the one before.
-pub(crate) fn set_text(slot: &mut Option<String>, text: &str) {
-    match slot {
-        Some(held) => text.clone_into(held),
-        None => *slot = Some(text.to_owned()),
     }
 }

@@ -208,10 +208,15 @@ enum Own<R> {
 /// near the bound does not move them back and forth.
 const FEW: usize = 64;
 
+/// Where `name` is in a sorted list of [`Own::Few`], or where it would go.
+fn position<R: Resource>(few: &[ByName<R>], name: &str) -> Result<usize, usize> {
+    few.binary_search_by(|r| r.0.name().cmp(name))
+}
+
 impl<R: Resource> Own<R> {
     fn get(&self, name: &str) -> Option<&R> {
         match self {
-            Own::Few(few) => few.binary_search_by(|r| r.0.name().cmp(name)).ok().map(|i| &few[i].0),
+            Own::Few(few) => position(few, name).ok().map(|i| &few[i].0),
             Own::Many(many) => many.get(name).map(|r| &r.0),
         }
     }
@@ -230,7 +235,7 @@ impl<R: Resource> Own<R> {
     /// Holds `r`, in place of a resource of its name.
     fn replace(&mut self, r: R) {
         match self {
-            Own::Few(few) => match few.binary_search_by(|held| held.0.name().cmp(r.name())) {
+            Own::Few(few) => match position(few, r.name()) {
                 Ok(i) => few[i] = ByName(r),
                 Err(i) if few.len() < FEW => few.insert(i, ByName(r)),
                 Err(_) => {
@@ -248,7 +253,7 @@ impl<R: Resource> Own<R> {
     /// Whether a resource of `name` was held (it no longer is).
     fn remove(&mut self, name: &str) -> bool {
         let removed = match self {
-            Own::Few(few) => match few.binary_search_by(|r| r.0.name().cmp(name)) {
+            Own::Few(few) => match position(few, name) {
                 Ok(i) => {
                     few.remove(i);
                     true

@@ -14,7 +14,7 @@
 //! test named after it.
 //!
 //! ```
-//! use xds_core::{Nonces, Resource, SotwRequest, SotwSubStream, TypeTraits, View};
+//! use xds_core::{Nonces, Resource, SotwRequest, SotwSubStream, Text, TypeTraits, View};
 //!
 //! #[derive(Clone)]
 //! struct Res(&'static str, &'static str);
@@ -26,7 +26,7 @@
 //! impl View for Clusters {
 //!     type Resource = Res;
 //!     fn revision(&self) -> u64 { 1 }
-//!     fn version(&self) -> String { "v1".into() }
+//!     fn version(&self) -> Text { "v1".into() }
 //!     fn get(&self, name: &str) -> Option<Res> { self.0.iter().find(|r| r.0 == name).cloned() }
 //!     fn for_each(&self, f: &mut dyn FnMut(&Res)) { self.0.iter().for_each(f) }
 //! }
@@ -56,6 +56,7 @@ mod sotw;
 mod stream;
 mod subscription;
 mod substream;
+mod text;
 mod tracker;
 pub mod xdstp;
 
@@ -74,3 +75,4 @@ pub use stream::{
 };
 pub use subscription::{NameSet, Subscription, WILDCARD, Wildcard};
 pub use substream::{Delta, DeltaSubStream, Protocol, Response, Sotw, SotwSubStream, SubStream};
+pub use text::Text;

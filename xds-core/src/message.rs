@@ -9,11 +9,11 @@ use crate::error::ErrorDetail;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SotwRequest {
     /// The version the client holds (`version_info`).
-    pub version_info: String,
+    pub version_info: crate::Text,
     /// The full desired set of names (rule S9), or that it is the same as last time.
     pub resource_names: SotwNames,
     /// The nonce of the response this request answers; empty on the first request.
-    pub response_nonce: String,
+    pub response_nonce: crate::Text,
     /// Set when the client rejected the response (a NACK, rule S5).
     pub error_detail: Option<ErrorDetail>,
     /// Listed names (normal forms) the server's policy refuses, with the reason: they are not
@@ -72,7 +72,7 @@ pub struct DeltaRequest {
     /// On the first request of a stream: the versions the client already holds (rule D7).
     pub initial_resource_versions: BTreeMap<String, String>,
     /// The nonce of the response this request answers; empty for a spontaneous request.
-    pub response_nonce: String,
+    pub response_nonce: crate::Text,
     /// Set when the client rejected the response (a NACK).
     pub error_detail: Option<ErrorDetail>,
     /// Subscribed names (normal forms) the server's policy refuses, with the reason, as for
@@ -100,16 +100,16 @@ pub enum RequestKind {
     /// The client accepted the response with this nonce (rules S4, D1).
     Ack {
         /// The nonce of the accepted response.
-        nonce: String,
+        nonce: crate::Text,
         /// SotW: the version the client now holds. Delta: empty.
-        version: String,
+        version: crate::Text,
     },
     /// The client rejected the response with this nonce (rules S5, D1).
     Nack {
         /// The nonce of the rejected response.
-        nonce: String,
+        nonce: crate::Text,
         /// SotW: the version the client keeps. Delta: empty.
-        version: String,
+        version: crate::Text,
         /// Why the client rejected it.
         error: ErrorDetail,
     },
@@ -117,7 +117,7 @@ pub enum RequestKind {
     /// ignored. Delta: its subscription changes still applied.
     Stale {
         /// The stale nonce.
-        nonce: String,
+        nonce: crate::Text,
     },
     /// A delta request that answers no response: a subscription change.
     Spontaneous,
@@ -146,9 +146,9 @@ impl Handled {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SotwResponse<R> {
     /// The type's version (rule S16).
-    pub version_info: String,
+    pub version_info: crate::Text,
     /// A fresh nonce (rule D1 applies to SotW too).
-    pub nonce: String,
+    pub nonce: crate::Text,
     /// The resources, by name, each name once (rules S11, S14), beside those of `shared`.
     pub resources: Vec<R>,
     /// Every resource of this set is sent too, before `resources` (no name is in both): the
@@ -200,9 +200,9 @@ pub enum DeltaResource<R> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeltaResponse<R> {
     /// For debugging only (rule D4): the type's version.
-    pub system_version_info: String,
+    pub system_version_info: crate::Text,
     /// A fresh nonce (rule D1).
-    pub nonce: String,
+    pub nonce: crate::Text,
     /// Created or changed resources and does-not-exist answers, sorted by name (rule D4),
     /// beside those of `shared`.
     pub resources: Vec<DeltaResource<R>>,

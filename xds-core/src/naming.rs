@@ -441,7 +441,7 @@ mod tests {
         fn revision(&self) -> u64 {
             1
         }
-        fn version(&self) -> String {
+        fn version(&self) -> crate::Text {
             "1".into()
         }
         fn get(&self, _: &str) -> Option<TestRes> {

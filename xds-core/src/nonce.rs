@@ -19,7 +19,7 @@ impl Nonces {
     /// The next nonce: never empty (an empty nonce means "no response seen"), never repeated.
     /// Its decimal digits, written without the formatting machinery of `to_string`, which cost
     /// more than the digits (one nonce per response).
-    pub fn next_nonce(&mut self) -> String {
+    pub fn next_nonce(&mut self) -> crate::Text {
         self.next += 1;
         let mut digits = [0u8; 20];
         let mut at = digits.len();
@@ -32,8 +32,9 @@ impl Nonces {
                 break;
             }
         }
-        // The check costs less than a char at a time.
-        String::from_utf8(digits[at..].to_vec()).expect("decimal digits are ASCII")
+        // Up to 20 digits: kept in place (see `Text`). The check costs less than a char at a
+        // time.
+        std::str::from_utf8(&digits[at..]).map_or_else(|_| crate::Text::new(), crate::Text::from)
     }
 }
 
@@ -44,7 +45,7 @@ mod tests {
     #[test]
     fn d01_nonces_count_up_from_one_in_decimal() {
         let mut nonces = Nonces::new();
-        let first: Vec<String> = (0..11).map(|_| nonces.next_nonce()).collect();
+        let first: Vec<crate::Text> = (0..11).map(|_| nonces.next_nonce()).collect();
         assert_eq!(first, ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"]);
         nonces.next = u64::MAX - 1;
         assert_eq!(nonces.next_nonce(), u64::MAX.to_string());

@@ -54,8 +54,9 @@ pub trait View {
     fn revision(&self) -> u64;
 
     /// The type's version for SotW responses (`version_info`): the same resources give the same
-    /// version (rule S16).
-    fn version(&self) -> String;
+    /// version (rule S16). A [`Text`](crate::Text): every response carries it, and one of up to
+    /// 23 bytes (a digest's hex digits) is kept in place rather than allocated per response.
+    fn version(&self) -> crate::Text;
 
     /// The resource with this name, if it exists.
     fn get(&self, name: &str) -> Option<Self::Resource>;

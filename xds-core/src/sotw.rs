@@ -20,7 +20,7 @@ impl Protocol for Sotw {
         );
         if kind == RequestKind::Spontaneous && sub.flow.last_nonce.is_some() {
             // Rule S7: a SotW request always names the latest nonce it saw; one without is stale.
-            kind = RequestKind::Stale { nonce: String::new() };
+            kind = RequestKind::Stale { nonce: crate::Text::new() };
         }
         match &kind {
             // Rule S7: a stale request changes nothing.
@@ -123,7 +123,7 @@ impl Protocol for Sotw {
                 || shared.as_ref().is_some_and(|set| set.get(name).is_some())
         });
         Some(SotwResponse {
-            version_info: version_info.unwrap_or_else(|| view.version()),
+            version_info: version_info.map_or_else(|| view.version(), crate::Text::from),
             nonce: sub.flow.sent(nonces),
             resources,
             shared,
@@ -135,7 +135,7 @@ impl Protocol for Sotw {
     fn heartbeat<R: Resource>(
         sub: &SubStream<Self, R>,
         held: Vec<R>,
-        nonce: String,
+        nonce: crate::Text,
     ) -> SotwResponse<R> {
         SotwResponse {
             version_info: sub.last_sent_version.clone().unwrap_or_default(),
@@ -159,7 +159,7 @@ fn resume<R: Resource, V: View<Resource = R> + ?Sized>(
     view: &V,
 ) -> bool {
     let resumable = sub.traits.full_state && sub.subscription.is_wildcard();
-    if !resumable || view.version() != version {
+    if !resumable || view.version() != *version {
         return false;
     }
     sub.tracker.resume_at(view);

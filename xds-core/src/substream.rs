@@ -15,6 +15,7 @@ use crate::naming::Naming;
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
 use crate::subscription::Subscription;
+use crate::text::Text;
 use crate::tracker::{Diff, Removals, Tracker};
 
 pub(crate) mod sealed {
@@ -50,7 +51,7 @@ pub trait Protocol: sealed::Sealed + Sized + 'static {
     fn heartbeat<R: Resource>(
         sub: &SubStream<Self, R>,
         held: Vec<R>,
-        nonce: String,
+        nonce: Text,
     ) -> Self::Response<R>;
 }
 
@@ -80,9 +81,9 @@ impl sealed::Sealed for Delta {}
 /// What the whole stream needs to know about a response of either variant.
 pub trait Response {
     /// The response's nonce.
-    fn nonce(&self) -> &str;
+    fn nonce(&self) -> &Text;
     /// The type's version (SotW `version_info`, delta `system_version_info`).
-    fn version(&self) -> &str;
+    fn version(&self) -> &Text;
     /// How many resource entries the response carries (removals not counted).
     fn len(&self) -> usize;
     /// Whether the response carries no resource entry.
@@ -125,11 +126,11 @@ pub struct SubStream<P, R> {
     pub(crate) responded: bool,
     /// SotW: the `version_info` of a first request, checked against the view at the first poll
     /// (rule S15).
-    pub(crate) reconnect_version: Option<String>,
+    pub(crate) reconnect_version: Option<Text>,
     /// SotW: the version the client last ACKed (or, on a reconnect, said it holds).
-    pub(crate) acked_version: Option<String>,
+    pub(crate) acked_version: Option<Text>,
     /// The version of the latest response sent.
-    pub(crate) last_sent_version: Option<String>,
+    pub(crate) last_sent_version: Option<Text>,
     /// SotW: the digest of the last name list taken in, which a request may repeat without
     /// listing it again ([`SotwNames::Repeated`](crate::SotwNames::Repeated)).
     pub(crate) listed: Option<NamesDigest>,
@@ -284,7 +285,7 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
         let response = P::respond(self, view, nonces, removals == Removals::Defer)?;
         let response = if self.shared_sets { response } else { response.into_listed() };
         self.responded = true;
-        crate::flow::set_text(&mut self.last_sent_version, response.version());
+        self.last_sent_version = Some(response.version().clone());
         Some(response)
     }
 
@@ -386,10 +387,10 @@ impl<R: Resource> SubStream<Sotw, R> {
 macro_rules! impl_response {
     ($response:ident, $version:ident) => {
         impl<R: Resource> Response for crate::message::$response<R> {
-            fn nonce(&self) -> &str {
+            fn nonce(&self) -> &Text {
                 &self.nonce
             }
-            fn version(&self) -> &str {
+            fn version(&self) -> &Text {
                 &self.$version
             }
             fn len(&self) -> usize {

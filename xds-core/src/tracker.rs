@@ -4,6 +4,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 pub(crate) use crate::held::{Held, HeldMap, HeldRef};
 use crate::resource::{Resource, ResourceSet, TypeTraits, View};
 use crate::subscription::{Change, Subscription};
@@ -74,6 +76,10 @@ impl<R> Default for Tracker<R> {
     }
 }
 
+/// What a [`Diff`] sends, in place while it is one resource: an update's (the list was an
+/// allocation and its free per client and update).
+pub(crate) type Sends<R> = SmallVec<[(R, Vec<String>); 1]>;
+
 /// What comparing the client's state with a view found to send. The tracker records it as sent
 /// only when given the [`Commit`] that came with it.
 pub(crate) struct Diff<R> {
@@ -81,7 +87,7 @@ pub(crate) struct Diff<R> {
     /// shared set), beside `send`, which then has none of its names.
     pub(crate) whole: Option<ResourceSet<R>>,
     /// Resources to send, in name order, each once, with the aliases they were subscribed by.
-    pub(crate) send: Vec<(R, Vec<String>)>,
+    pub(crate) send: Sends<R>,
     /// Held names that no longer exist or no longer belong to a wildcard (rule D5).
     pub(crate) removed: Vec<String>,
     /// Explicitly subscribed names that do not exist and that the client was not yet told about
@@ -98,7 +104,7 @@ impl<R> Default for Diff<R> {
     fn default() -> Self {
         Diff {
             whole: None,
-            send: Vec::new(),
+            send: Sends::new(),
             removed: Vec::new(),
             absent: Vec::new(),
             recheck: Vec::new(),
@@ -123,7 +129,7 @@ impl<R: Resource> Diff<R> {
 /// aliases. (A map by name took two allocations per resource sent, for the common case that
 /// needs none.)
 struct Found<R> {
-    send: Vec<(R, Vec<String>)>,
+    send: Sends<R>,
     aliased: bool,
     diff: Diff<R>,
 }
@@ -154,8 +160,9 @@ impl<R: Resource> Found<R> {
 /// What the client will hold once the response of a [`Diff`] is sent: the outcome of
 /// [`Tracker::compare`], recorded by [`Tracker::commit`].
 pub(crate) struct Commit<R> {
-    /// Per name, in the order found: what the client now holds, or that it holds nothing.
-    changes: Vec<Holding<R>>,
+    /// Per name, in the order found: what the client now holds, or that it holds nothing. In
+    /// place while it is one name, as an update's is.
+    changes: SmallVec<[Holding<R>; 1]>,
     /// Removals put off (rule O1): the ones still to look at next time.
     deferred: BTreeSet<String>,
     /// The view revision compared.
@@ -172,7 +179,7 @@ impl<R> Commit<R> {
     /// up to `revision`.
     fn unchanged(revision: u64) -> Self {
         Commit {
-            changes: Vec::new(),
+            changes: SmallVec::new(),
             deferred: BTreeSet::new(),
             revision,
             base: None,
@@ -656,7 +663,7 @@ impl<R: Resource> Tracker<R> {
         };
         let set = set.filter(|set| !set.any_ttl());
         let mut commit = Commit {
-            changes: Vec::new(),
+            changes: SmallVec::new(),
             deferred: BTreeSet::new(),
             revision: view.revision(),
             base: set.clone(),
@@ -833,6 +840,7 @@ impl<R: Resource> Tracker<R> {
             absent.iter().map(|(name, _)| Holding::Hold(name.as_str().into(), Held::Absent));
         commit.changes.extend(absent_held);
         let recheck = Vec::new();
+        let send = Sends::from_vec(send);
         Diff { whole, send, removed: Vec::new(), absent, recheck, answer_owed: false }
     }
 
@@ -952,7 +960,7 @@ impl<R: Resource> Tracker<R> {
     ) -> Diff<R> {
         // Not sized up front: a client that does not hold the changed name (an EDS subset)
         // sends and records nothing, and should allocate nothing either.
-        let mut found = Found { send: Vec::new(), aliased: false, diff: Diff::default() };
+        let mut found = Found { send: Sends::new(), aliased: false, diff: Diff::default() };
         for name in names {
             self.compare_name(name.as_ref(), lookup, comparing, &mut found, commit);
         }
@@ -1201,8 +1209,8 @@ mod tests {
         fn revision(&self) -> u64 {
             self.log.len() as u64
         }
-        fn version(&self) -> String {
-            self.revision().to_string()
+        fn version(&self) -> crate::Text {
+            self.revision().to_string().into()
         }
         fn get(&self, name: &str) -> Option<Res> {
             self.gets.set(self.gets.get() + 1);
@@ -1329,7 +1337,7 @@ mod tests {
         let names: Vec<String> = (0..100).map(|i| format!("cluster-{i:05}")).collect();
         let request = |names: &[String], nonce: &str| SotwRequest {
             resource_names: SotwNames::Listed(names.to_vec()),
-            response_nonce: nonce.to_owned(),
+            response_nonce: nonce.to_owned().into(),
             ..Default::default()
         };
         let mut s = SotwSubStream::<Res>::new(eds);
@@ -1461,6 +1469,28 @@ mod tests {
         let _ = view.resource_set();
         let _ = exchange(&mut s, &view, &mut n);
         assert!(s.tracker.held.is_empty(), "rebased on the set at hand");
+    }
+
+    /// An update's comparison finds one resource to send and one name to record: both are kept
+    /// in place, not in lists of their own; a comparison of more spills to lists, whole.
+    #[test]
+    fn an_update_of_one_name_is_compared_without_a_list() {
+        let mut view = clusters(100);
+        let mut n = Nonces::new();
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["*"], &[], ""));
+        assert_eq!(exchange(&mut s, &view, &mut n).0.len(), 100);
+
+        view.set("cluster-00042", "2");
+        let (diff, commit) = s.tracker.compare(&s.subscription, CDS, &view, Removals::Send);
+        assert_eq!(names_of(&diff).0, ["cluster-00042"]);
+        assert!(!diff.send.spilled() && !commit.changes.spilled(), "one of each, in place");
+
+        view.set("cluster-00001", "2");
+        view.set("cluster-00002", "2");
+        let (diff, commit) = s.tracker.compare(&s.subscription, CDS, &view, Removals::Send);
+        assert_eq!(names_of(&diff).0, ["cluster-00001", "cluster-00002", "cluster-00042"]);
+        assert!(diff.send.spilled() && commit.changes.spilled());
     }
 
     #[test]

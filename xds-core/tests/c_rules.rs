@@ -388,8 +388,8 @@ impl xds_core::View for Counted {
     fn revision(&self) -> u64 {
         self.inner.revision()
     }
-    fn version(&self) -> String {
-        String::from("v")
+    fn version(&self) -> xds_core::Text {
+        xds_core::Text::from("v")
     }
     fn get(&self, name: &str) -> Option<Res> {
         self.gets.set(self.gets.get() + 1);

@@ -33,7 +33,7 @@ fn d01_every_response_has_a_fresh_nonce_and_is_acked_by_it() {
     let r1 = s.poll_response(&view, &mut n).unwrap();
     assert!(!r1.nonce.is_empty());
     let h = s.handle_request(delta(&[], &[], &r1.nonce));
-    assert_eq!(h.kind, RequestKind::Ack { nonce: r1.nonce.clone(), version: String::new() });
+    assert_eq!(h.kind, RequestKind::Ack { nonce: r1.nonce.clone(), version: Default::default() });
     view.set("a", "2");
     let r2 = s.poll_response(&view, &mut n).unwrap();
     assert_ne!(r1.nonce, r2.nonce);
@@ -60,7 +60,7 @@ fn d01_a_request_that_names_nothing_answers_the_response_and_changes_no_subscrip
     assert_eq!(s.subscription().wildcard(), Wildcard::Legacy);
     let r = s.poll_response(&view, &mut n).unwrap();
     let h = s.handle_request(delta(&[], &[], &r.nonce));
-    assert_eq!(h.kind, RequestKind::Ack { nonce: r.nonce.clone(), version: String::new() });
+    assert_eq!(h.kind, RequestKind::Ack { nonce: r.nonce.clone(), version: Default::default() });
     assert!(h.subscribed.is_empty() && h.unsubscribed.is_empty());
     assert_eq!(s.subscription().wildcard(), Wildcard::Legacy, "still the legacy wildcard");
     assert!(s.poll_response(&view, &mut n).is_none(), "nothing resent");

@@ -155,7 +155,7 @@ proptest! {
             if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 assert_unique(r.resources.iter().map(|e| e.name()).chain(r.removed_resources.iter().map(|s| s.as_str())));
                 apply_delta(&mut client, &r);
-                last = Some(r.nonce.clone());
+                last = Some(r.nonce.to_string());
             }
         }
         // Quiesce: the client answers until nothing more is owed.
@@ -165,7 +165,7 @@ proptest! {
             }
             if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 apply_delta(&mut client, &r);
-                last = Some(r.nonce.clone());
+                last = Some(r.nonce.to_string());
             }
         }
         prop_assert!(last.is_none(), "rule S6: an unchanged state keeps producing responses");
@@ -188,7 +188,7 @@ proptest! {
             match op {
                 Op::Subscribe(idx, w) => {
                     names = pick(&idx, w);
-                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names: names.clone().into(), response_nonce: s.last_nonce().unwrap_or_default().to_owned(), error_detail: None, denied: Default::default() });
+                    let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone().into(), resource_names: names.clone().into(), response_nonce: s.last_nonce().unwrap_or_default().to_owned().into(), error_detail: None, denied: Default::default() });
                     let sub = s.subscription().clone();
                     client.retain(|name: &String, _| sub.is_wildcard() || sub.has_name(name));
                 }
@@ -196,10 +196,10 @@ proptest! {
                 Op::Set(i, v) => view.set(POOL[i], &v.to_string()),
                 Op::Delete(i) => view.delete(POOL[i]),
                 Op::Answer => if let Some(r) = last.take() {
-                    acked = r.version_info.clone();
+                    acked = r.version_info.to_string();
                     // As the server does: a list the sub-stream recognises goes as `Repeated`.
                     let resource_names = as_server_sends(&s, &names);
-                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: nonce(&Some(r)), error_detail: None, denied: Default::default() });
+                    let h = s.handle_request(xds_core::SotwRequest { version_info: acked.clone().into(), resource_names, response_nonce: nonce(&Some(r)), error_detail: None, denied: Default::default() });
                     prop_assert!(matches!(h.kind, RequestKind::Ack { .. }), "expected an ACK");
                 },
                 Op::Stale => {
@@ -227,9 +227,9 @@ proptest! {
         }
         for _ in 0..4 {
             if let Some(r) = last.take() {
-                acked = r.version_info.clone();
+                acked = r.version_info.to_string();
                 let resource_names = as_server_sends(&s, &names);
-                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone(), resource_names, response_nonce: r.nonce.clone(), error_detail: None, denied: Default::default() });
+                let _ = s.handle_request(xds_core::SotwRequest { version_info: acked.clone().into(), resource_names, response_nonce: r.nonce.clone(), error_detail: None, denied: Default::default() });
             }
             if let Some(r) = s.poll_response(&view, &mut n).map(|r| r.into_listed()) {
                 apply_sotw(&mut client, &r, t.full_state);

@@ -235,7 +235,7 @@ fn s04_events_report_acks_with_their_latency_nacks_and_sends_in_order() {
             Event::Nack {
                 type_key: T::Eds,
                 rejected_version: r.version_info.clone(),
-                kept_version: String::new(),
+                kept_version: Default::default(),
                 nonce: r.nonce.clone(),
                 error: xds_core::ErrorDetail { code: 3, message: "bad".into() },
             },
@@ -585,7 +585,7 @@ fn sotw_drive(h: &mut Harness<Sotw>, held: &mut Held) -> Vec<Held> {
         for o in out {
             let r = o.response.into_listed();
             let items = sotw_items(&r).into_iter().collect();
-            held.0.insert(o.type_key, (items, r.version_info.clone()));
+            held.0.insert(o.type_key, (items, r.version_info.to_string()));
             seen.push(held.clone());
             h.request(o.type_key, sotw(&[], &r.version_info, &r.nonce));
         }

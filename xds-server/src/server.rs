@@ -747,7 +747,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
                     shared: None,
                     resources,
                     type_url: type_url.to_static_str(),
-                    nonce: String::new(),
+                    nonce: xds_core::Text::new(),
                     control_plane: shared.config.control_plane_id.clone(),
                     resource_errors: Vec::new(),
                     heartbeat: false,

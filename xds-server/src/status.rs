@@ -17,15 +17,17 @@ pub struct TypeStatus {
     pub wildcard: bool,
     /// The explicitly subscribed names.
     pub names: Vec<String>,
-    /// The version of the latest response sent.
-    pub sent_version: Option<String>,
+    /// The version of the latest response sent: the response's own text (see
+    /// [`xds_core::Text`]), as the nonce and the version ACKed are, so that recording them per
+    /// response and ACK copies no string.
+    pub sent_version: Option<xds_core::Text>,
     /// The nonce of the latest response sent.
-    pub sent_nonce: Option<String>,
+    pub sent_nonce: Option<xds_core::Text>,
     /// When the latest response was sent (milliseconds since the Unix epoch; 0 before the
     /// first): how long a response has waited for its ACK.
     pub sent_ms: u64,
     /// The version the client last ACKed.
-    pub acked_version: Option<String>,
+    pub acked_version: Option<xds_core::Text>,
     /// The latest NACK, if the client rejected a response since its last ACK. Boxed: a NACK's
     /// four texts would otherwise take 112 of this status's bytes, kept for every type of every
     /// connected client, most of which never NACK.
@@ -104,6 +106,15 @@ pub(crate) fn truncate(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A version text a client echoes back, cut like a NACK text: itself (no copy) when short
+/// enough, as it always is from a client of this server.
+pub(crate) fn bounded_text(text: &xds_core::Text) -> xds_core::Text {
+    match truncate(text, MAX_NACK_TEXT) {
+        cut if cut.len() < text.len() => xds_core::Text::from(cut),
+        _ => text.clone(),
+    }
 }
 
 /// A version string a client echoes back, cut like a NACK text.
@@ -309,8 +320,9 @@ pub enum StreamEventKind {
     /// the ACK is the response's answer, kept with it rather than as an event of its own, so
     /// that a stream's history holds twice as many changes.
     Sent {
-        /// Its version.
-        version: Box<str>,
+        /// Its version: the response's own text (see [`xds_core::Text`]), so that recording it
+        /// takes no allocation.
+        version: xds_core::Text,
         /// How many resource entries it carried.
         resources: usize,
         /// Whether the client ACKed it.
@@ -393,35 +405,22 @@ impl EventLog {
         self.events.push_back(StreamEvent { at_ms, type_label, what });
     }
 
-    /// Adds a response sent, at `at_ms`, as [`push`](Self::push) adds an event. A full ring
-    /// gives the oldest event's text to the new one when they are as long (a stream's versions
-    /// are: a cache's digests, a counter's digits): one allocation fewer per response, which
-    /// every client's every update pays.
+    /// Adds a response sent, at `at_ms`, as [`push`](Self::push) adds an event: with the
+    /// response's own version text, which every client's every update records, copied without
+    /// an allocation (a longer text than the log keeps is cut, in a text of its own).
     pub(crate) fn push_sent(
         &mut self,
         at_ms: u64,
         type_label: Option<&'static str>,
-        version: &str,
+        version: &xds_core::Text,
         resources: usize,
     ) {
-        if self.capacity == 0 {
-            return;
-        }
-        let version = truncate(version, MAX_EVENT_TEXT);
-        let evicted = (self.events.len() >= self.capacity).then(|| self.events.pop_front());
-        let text = match evicted.flatten().map(|e| e.what) {
-            Some(StreamEventKind::Sent { version: old, .. }) if old.len() == version.len() => {
-                // The same room, rewritten: a string as long as it holds, boxed without a copy.
-                let mut text = String::from(old);
-                text.clear();
-                text.push_str(version);
-                text.into_boxed_str()
-            }
-            _ => version.into(),
+        let version = match truncate(version, MAX_EVENT_TEXT) {
+            cut if cut.len() < version.len() => xds_core::Text::from(cut),
+            _ => version.clone(),
         };
-        let what =
-            StreamEventKind::Sent { version: text, resources, acked: false, latency_ms: None };
-        self.events.push_back(StreamEvent { at_ms, type_label, what });
+        let what = StreamEventKind::Sent { version, resources, acked: false, latency_ms: None };
+        self.push(at_ms, type_label, what);
     }
 
     /// Marks the type's latest response ACKed, if it is the type's latest response or answer
@@ -788,19 +787,19 @@ mod tests {
         assert!(off.to_vec().is_empty());
     }
 
-    /// A response sent goes in as any event; a full ring gives the oldest response's text to
-    /// the new one when they are as long, and the new text is the new version, cut as any.
+    /// A response sent goes in as any event, evicting the oldest from a full ring, with the
+    /// response's own version text: a short one kept in place, a long one shared with the
+    /// response (no allocation either way), one longer than the log keeps cut.
     #[test]
-    fn a_response_sent_takes_the_place_and_text_of_the_oldest() {
+    fn a_response_sent_is_recorded_with_the_responses_own_text() {
         let text_at = |log: &EventLog, i: usize| match &log.events[i].what {
-            StreamEventKind::Sent { version, .. } => version.as_ptr(),
-            _ => std::ptr::null(),
+            StreamEventKind::Sent { version, .. } => version.clone(),
+            _ => xds_core::Text::new(),
         };
         let mut log = EventLog::new(2);
-        log.push_sent(1, Some("cluster"), "aaaa", 1);
-        log.push_sent(2, Some("cluster"), "bbbb", 1);
-        let oldest = text_at(&log, 0);
-        log.push_sent(3, Some("cluster"), "cccc", 2);
+        log.push_sent(1, Some("cluster"), &"aaaa".into(), 1);
+        log.push_sent(2, Some("cluster"), &"bbbb".into(), 1);
+        log.push_sent(3, Some("cluster"), &"cccc".into(), 2);
         let kept: Vec<(u64, StreamEventKind)> =
             log.to_vec().into_iter().map(|e| (e.at_ms, e.what)).collect();
         let sent2 = |v: &str| StreamEventKind::Sent {
@@ -810,18 +809,28 @@ mod tests {
             latency_ms: None,
         };
         assert_eq!(kept, [(2, sent("bbbb")), (3, sent2("cccc"))]);
-        assert_eq!(text_at(&log, 1), oldest, "the evicted text's allocation, rewritten");
-        // Of another length, or after another kind of event: a text of its own.
-        log.push_sent(4, Some("cluster"), "dd", 1);
-        log.push(5, Some("cluster"), StreamEventKind::Stale);
-        log.push_sent(6, Some("cluster"), "eeee", 1);
-        assert_eq!(latest(&log), sent("eeee"));
-        let long = "v".repeat(MAX_EVENT_TEXT + 10);
-        log.push_sent(7, Some("cluster"), &long, 1);
-        assert_eq!(latest(&log), sent(&long[..MAX_EVENT_TEXT]));
+        assert!(text_at(&log, 1).is_inline(), "a short version kept in place");
+        let long = xds_core::Text::from("v".repeat(MAX_EVENT_TEXT));
+        log.push_sent(4, Some("cluster"), &long, 1);
+        assert_eq!(text_at(&log, 1).as_ptr(), long.as_ptr(), "a long one shared, not copied");
+        let longer = xds_core::Text::from("w".repeat(MAX_EVENT_TEXT + 10));
+        log.push_sent(5, Some("cluster"), &longer, 1);
+        assert_eq!(latest(&log), sent(&longer[..MAX_EVENT_TEXT]));
         let mut off = EventLog::new(0);
-        off.push_sent(1, None, "1", 1);
+        off.push_sent(1, None, &"1".into(), 1);
         assert!(off.to_vec().is_empty());
+    }
+
+    /// A version a client echoes is kept as it came (shared, not copied) unless it is longer
+    /// than a status keeps; then it is cut at a character boundary.
+    #[test]
+    fn an_echoed_version_is_kept_as_it_came_or_cut() {
+        let long = xds_core::Text::from("v".repeat(MAX_NACK_TEXT));
+        assert_eq!(bounded_text(&long).as_ptr(), long.as_ptr());
+        let longer = xds_core::Text::from("é".repeat(MAX_NACK_TEXT));
+        let cut = bounded_text(&longer);
+        assert!(cut.len() <= MAX_NACK_TEXT && longer.starts_with(cut.as_str()));
+        assert_ne!(cut.len(), longer.len());
     }
 
     #[test]

@@ -90,12 +90,12 @@ async fn scenario(how: Stuck) -> Outcome {
         }));
     }
     let mut latest: HashMap<usize, String> = HashMap::new();
-    wait_for(&mut reports, &mut latest, clusters.version()).await;
+    wait_for(&mut reports, &mut latest, clusters.version().into()).await;
 
     let started = Instant::now();
     for k in 1..=UPDATES {
         clusters.upsert(&big_cluster(&format!("c{:02}", k % RESOURCES), k)).expect("upsert");
-        wait_for(&mut reports, &mut latest, clusters.version()).await;
+        wait_for(&mut reports, &mut latest, clusters.version().into()).await;
         if how == Stuck::BlindAcks {
             // The stuck stream's k-th response, had the server computed it, has nonce k.
             stuck

@@ -115,7 +115,7 @@ async fn s04_ack_records_the_acked_version() {
     ads.ack(&r1).await;
     eventually("the ACK in the status", || {
         type_status(&t.server, "n1", CDS).and_then(|s| s.acked_version)
-            == Some(r1.version_info.clone())
+            == Some(r1.version_info.clone().into())
     })
     .await;
     let s = type_status(&t.server, "n1", CDS).expect("status");

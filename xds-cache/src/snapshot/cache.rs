@@ -313,7 +313,7 @@ impl SnapshotCache {
         let versions = data
             .tables
             .iter()
-            .map(|(t, table)| (t.to_string(), xds_core::View::version(table)))
+            .map(|(t, table)| (t.to_string(), xds_core::View::version(table).into()))
             .collect();
         Some(GroupStatus {
             has_snapshot: data.snapshot.is_some(),

@@ -190,7 +190,7 @@ impl View for Rebased<'_, '_> {
         self.view.revision().wrapping_add(self.offset)
     }
 
-    fn version(&self) -> String {
+    fn version(&self) -> xds_core::Text {
         self.view.version()
     }
 

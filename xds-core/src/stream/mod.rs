@@ -209,9 +209,9 @@ pub enum Event<K> {
         /// The response's type.
         type_key: K,
         /// SotW: the version the client now holds. Delta: empty.
-        version: String,
+        version: crate::Text,
         /// The accepted response's nonce.
-        nonce: String,
+        nonce: crate::Text,
         /// How long the client took to answer, when the response was sent on this stream.
         latency: Option<Duration>,
     },
@@ -220,12 +220,12 @@ pub enum Event<K> {
         /// The response's type.
         type_key: K,
         /// The rejected response's version (SotW `version_info`, delta `system_version_info`).
-        rejected_version: String,
+        rejected_version: crate::Text,
         /// SotW: the version the client keeps (its request's `version_info`: the last one it
         /// accepted). Delta: empty.
-        kept_version: String,
+        kept_version: crate::Text,
         /// The rejected response's nonce.
-        nonce: String,
+        nonce: crate::Text,
         /// The client's reason.
         error: ErrorDetail,
     },
@@ -238,10 +238,10 @@ pub enum Event<K> {
     Sent {
         /// The response's type.
         type_key: K,
-        /// Its version.
-        version: String,
-        /// Its nonce.
-        nonce: String,
+        /// Its version: the response's own text, copied without an allocation.
+        version: crate::Text,
+        /// Its nonce, likewise.
+        nonce: crate::Text,
         /// How many resource entries it carries.
         resources: usize,
         /// Whether it is a TTL heartbeat.
@@ -491,7 +491,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             RequestKind::Nack { version, nonce, error } => {
                 slot.sent_at = None;
                 // A NACK names the latest nonce (rule S5): the rejected response is the last sent.
-                let rejected_version = slot.sub.last_sent_version().unwrap_or_default().to_owned();
+                let rejected_version = slot.sub.last_sent_version.clone().unwrap_or_default();
                 Some(Event::Nack {
                     type_key: type_key.clone(),
                     rejected_version,
@@ -645,8 +645,8 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         slot.heartbeat_owed = false;
         self.events.push_back(Event::Sent {
             type_key: type_key.clone(),
-            version: response.version().to_owned(),
-            nonce: response.nonce().to_owned(),
+            version: response.version().clone(),
+            nonce: response.nonce().clone(),
             resources: response.len(),
             heartbeat: response.is_heartbeat(),
         });

@@ -93,14 +93,14 @@ impl View for MemView {
     fn revision(&self) -> u64 {
         self.revision
     }
-    fn version(&self) -> String {
+    fn version(&self) -> xds_core::Text {
         let mut h = 0u64;
         for (n, v) in &self.resources {
             for b in n.bytes().chain([0]).chain(v.bytes()).chain([1]) {
                 h = h.wrapping_mul(1_099_511_628_211).wrapping_add(b as u64);
             }
         }
-        format!("v{h:x}")
+        format!("v{h:x}").into()
     }
     fn get(&self, name: &str) -> Option<Res> {
         self.res(name)

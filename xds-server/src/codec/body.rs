@@ -235,7 +235,7 @@ mod tests {
                 version_info: version.into(),
                 resources,
                 shared: None,
-                nonce: format!("n-{version}"),
+                nonce: format!("n-{version}").into(),
                 heartbeat: false,
                 resource_errors: Vec::new(),
             },

@@ -27,6 +27,7 @@ use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_f
 use prost::{DecodeError, Message};
 use tonic::Status;
 use xds_core::NamesDigest;
+use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 use super::frame::{self, HEADER};
@@ -177,11 +178,13 @@ const NONCE_KEY: u8 = 6 << 3 | WireType::LengthDelimited as u8;
 /// no node, no error (an ACK, not a NACK), no declared version. Its two fields are found in
 /// place, where the message arrived, and copied out: prost's decoding of the same two strings,
 /// from a copy of the message, took ~1,300 instructions, a fifth of what taking an ACK cost.
+/// Neither takes an allocation of its own: a built-in type is known by its URL, and a nonce is
+/// short enough to be kept in place (see [`Text`](xds_core::Text)).
 #[derive(Debug)]
 pub(crate) struct DeltaAck {
-    pub(crate) type_url: String,
+    pub(crate) type_url: TypeUrl,
     /// Moved into the request the core takes.
-    pub(crate) nonce: String,
+    pub(crate) nonce: xds_core::Text,
 }
 
 impl DeltaAck {
@@ -205,9 +208,8 @@ impl DeltaAck {
             at = value.end;
         }
         let (type_url, nonce) = (type_url?, nonce.filter(|n| !n.is_empty())?);
-        let text =
-            |range: Range<usize>| std::str::from_utf8(&message[range]).ok().map(str::to_owned);
-        Some(DeltaAck { type_url: text(type_url)?, nonce: text(nonce)? })
+        let text = |range: Range<usize>| std::str::from_utf8(&message[range]).ok();
+        Some(DeltaAck { type_url: TypeUrl::parse(text(type_url)?), nonce: text(nonce)?.into() })
     }
 }
 
@@ -217,8 +219,8 @@ impl DeltaIncoming {
     pub(crate) fn read(&mut self) -> &mut DeltaRead {
         if let DeltaIncoming::Ack(ack) = self {
             let request = DeltaDiscoveryRequest {
-                type_url: std::mem::take(&mut ack.type_url),
-                response_nonce: std::mem::take(&mut ack.nonce),
+                type_url: ack.type_url.as_str().to_owned(),
+                response_nonce: std::mem::take(&mut ack.nonce).into(),
                 ..Default::default()
             };
             // An ACK names nothing: no name is ever read from its (empty) message.

@@ -16,7 +16,7 @@ use prost::{DecodeError, Message};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse};
+use xds_core::{DeltaResource, DeltaResponse, ResourceError, SotwResponse, Text};
 use xds_proto::{EncodedResource, TypeUrl};
 
 use super::encode::*;
@@ -26,7 +26,7 @@ use super::encodings::{EncodedSet, RecentEncodings, SetVariant, encoded_set};
 #[derive(Debug, Default)]
 pub struct SotwWire {
     /// Field 1.
-    pub version_info: String,
+    pub version_info: Text,
     /// Field 2: a whole set's entries, encoded once for every client it goes to (see
     /// `EncodedSet`); written before `resources`.
     pub shared: Option<EncodedSet>,
@@ -35,7 +35,7 @@ pub struct SotwWire {
     /// Field 4. A built-in type's URL is borrowed, not copied into every response.
     pub type_url: Cow<'static, str>,
     /// Field 5.
-    pub nonce: String,
+    pub nonce: Text,
     /// Field 6: `ControlPlane.identifier`, if set.
     pub control_plane: Option<String>,
     /// Field 7: why subscribed resources are not sent (rule C4).
@@ -48,7 +48,7 @@ pub struct SotwWire {
 #[derive(Debug, Default)]
 pub struct DeltaWire {
     /// Field 1.
-    pub system_version_info: String,
+    pub system_version_info: Text,
     /// Field 2: a whole set's `Resource` entries, encoded once for every client it goes to (see
     /// `EncodedSet`); written before `resources`.
     pub shared: Option<EncodedSet>,
@@ -57,7 +57,7 @@ pub struct DeltaWire {
     /// Field 4. A built-in type's URL is borrowed, not copied into every response.
     pub type_url: Cow<'static, str>,
     /// Field 5.
-    pub nonce: String,
+    pub nonce: Text,
     /// Field 6.
     pub removed_resources: Vec<String>,
     /// Field 7: `ControlPlane.identifier`, if set.

@@ -68,7 +68,7 @@ impl CellState {
     /// of an older response was overtaken by the newer one), as CSDS reads it.
     pub(crate) fn of(ts: &TypeStatus) -> Self {
         let Some(sent) = &ts.sent_version else { return CellState::NotSent };
-        if ts.nack.as_ref().is_some_and(|n| ts.sent_nonce.as_ref() == Some(&n.nonce)) {
+        if ts.nack.as_ref().is_some_and(|n| ts.sent_nonce.as_deref() == Some(n.nonce.as_str())) {
             return CellState::Nacked;
         }
         // A delta ACK carries no version: the stream records the sent version as ACKed when

@@ -15,7 +15,7 @@ const LDS: ResourceType = ResourceType::Listener;
 fn synced(version: &str) -> TypeStatus {
     TypeStatus {
         sent_version: Some(version.into()),
-        sent_nonce: Some(format!("n-{version}")),
+        sent_nonce: Some(format!("n-{version}").into()),
         acked_version: Some(version.into()),
         ..Default::default()
     }

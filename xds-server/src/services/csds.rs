@@ -271,7 +271,9 @@ enum Progress<'a> {
 fn progress(ts: &TypeStatus, delta: bool) -> Progress<'_> {
     let Some(sent) = &ts.sent_version else { return Progress::NotSent };
     // A NACK names the nonce it rejects: only a NACK of the latest response is current.
-    if let Some(nack) = ts.nack.as_ref().filter(|n| ts.sent_nonce.as_ref() == Some(&n.nonce)) {
+    if let Some(nack) =
+        ts.nack.as_ref().filter(|n| ts.sent_nonce.as_deref() == Some(n.nonce.as_str()))
+    {
         return Progress::Nacked(nack);
     }
     if delta || ts.acked_version.as_ref() == Some(sent) {
@@ -337,7 +339,7 @@ fn type_configs(type_url: &str, ts: &TypeStatus, delta: bool) -> Vec<GenericXdsC
                 client_status = ClientResourceStatus::ReceivedError;
                 error_state.get_or_insert_with(|| UpdateFailureState {
                     details: format!("{}: {}", code_name(error.code), error.message),
-                    version_info: ts.sent_version.clone().unwrap_or_default(),
+                    version_info: ts.sent_version.as_deref().unwrap_or_default().to_owned(),
                     ..Default::default()
                 });
             }

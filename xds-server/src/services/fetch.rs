@@ -46,7 +46,7 @@ impl From<FetchError> for tonic::Status {
 #[derive(Debug)]
 pub(crate) enum Fetched {
     /// The current version and the requested resources (all of them for a wildcard fetch).
-    Current { version: String, resources: Vec<EncodedResource> },
+    Current { version: xds_core::Text, resources: Vec<EncodedResource> },
     /// The requested version is still current after the long-poll timeout.
     NotModified,
 }

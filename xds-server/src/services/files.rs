@@ -155,7 +155,7 @@ impl FileWriter {
                     match self.write(t, &version, &resources) {
                         Ok(path) => {
                             tracing::info!(path = %path.display(), %version, "wrote discovery response file");
-                            written.insert(t.clone(), version);
+                            written.insert(t.clone(), version.into());
                         }
                         Err(e) => {
                             tracing::error!(type_url = %t, error = %e, "writing a discovery response file failed")

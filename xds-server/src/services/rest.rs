@@ -294,7 +294,7 @@ async fn discover(
         Fetched::NotModified => Ok(None),
         Fetched::Current { version, resources } => {
             let response = DiscoveryResponse {
-                version_info: version,
+                version_info: version.into(),
                 resources: resources.iter().map(EncodedResource::to_any).collect(),
                 type_url: type_url.as_str().to_owned(),
                 control_plane: shared

@@ -154,9 +154,9 @@ impl WireProtocol for Sotw {
             None => SotwNames::Digested(r.request.resource_names, r.digest),
         };
         SotwRequest {
-            version_info: r.request.version_info,
+            version_info: r.request.version_info.into(),
             resource_names,
-            response_nonce: r.request.response_nonce,
+            response_nonce: r.request.response_nonce.into(),
             error_detail: error_detail(r.request.error_detail),
             denied,
         }
@@ -183,7 +183,7 @@ impl WireProtocol for Delta {
 
     fn ack_type(request: &DeltaIncoming) -> Option<&str> {
         match request {
-            DeltaIncoming::Ack(ack) => Some(&ack.type_url),
+            DeltaIncoming::Ack(ack) => Some(ack.type_url.as_str()),
             DeltaIncoming::Read(_) => None,
         }
     }
@@ -252,7 +252,7 @@ impl WireProtocol for Delta {
             subscribe_set: set,
             unsubscribe: r.resource_names_unsubscribe,
             initial_resource_versions: r.initial_resource_versions.into_iter().collect(),
-            response_nonce: r.response_nonce,
+            response_nonce: r.response_nonce.into(),
             error_detail: error_detail(r.error_detail),
             denied,
         }
@@ -297,7 +297,7 @@ pub(crate) fn fill_status<P: xds_core::Protocol>(
     let names = subscription.names().iter().chain(subscription.globs());
     status.names = names.take(limit).cloned().collect();
     if let Some(acked) = sub.acked_version() {
-        status.acked_version = Some(crate::status::bounded_owned(acked));
+        status.acked_version = Some(crate::status::bounded_owned(acked).into());
     }
     // Copied up to the limit, counted to the end: counting costs no allocation.
     let mut held = sub.held();

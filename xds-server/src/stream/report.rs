@@ -10,17 +10,8 @@ use crate::callbacks::{Nack, StreamInfo};
 use crate::metrics::StreamCounters;
 use crate::server::Shared;
 use crate::status::{
-    EventLog, NackStatus, StreamEventKind, StreamStatus, bounded_owned, event_text, lock, now_ms,
+    EventLog, NackStatus, StreamEventKind, StreamStatus, bounded_text, event_text, lock, now_ms,
 };
-
-/// Sets `slot` to `text` in the string it holds, if any: a stream's status is written at every
-/// response and ACK, and the version and nonce it keeps are as long each time.
-fn set_text(slot: &mut Option<String>, text: &str) {
-    match slot {
-        Some(held) => text.clone_into(held),
-        None => *slot = Some(text.to_owned()),
-    }
-}
 
 /// Records events in the stream's status, its event log and the server's metrics. Runs no user
 /// code.
@@ -55,7 +46,7 @@ pub(super) fn record(
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
-                    ts.acked_version = Some(bounded_owned(version));
+                    ts.acked_version = Some(bounded_text(version));
                 } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
                     ts.acked_version.clone_from(&ts.sent_version);
                 }
@@ -67,9 +58,9 @@ pub(super) fn record(
                 // The driver asked the cache for the group again before this NACK was recorded.
                 shared.metrics.group_nack(status.group.as_deref(), shared.label(type_key));
                 let nack = NackStatus::new(
-                    kept_version.clone(),
-                    rejected_version.clone(),
-                    nonce.clone(),
+                    kept_version.into(),
+                    rejected_version.into(),
+                    nonce.into(),
                     &error.message,
                     now,
                 );
@@ -102,8 +93,8 @@ pub(super) fn record(
             Event::Sent { type_key, version, nonce, resources, heartbeat } => {
                 let now = now_ms();
                 let ts = status.types.entry(type_key);
-                set_text(&mut ts.sent_version, version);
-                set_text(&mut ts.sent_nonce, nonce);
+                ts.sent_version = Some(version.clone());
+                ts.sent_nonce = Some(nonce.clone());
                 ts.sent_ms = now;
                 // A TTL heartbeat renews what the client holds: the history would be nothing
                 // else for a quiet stream.
@@ -159,7 +150,7 @@ pub(super) fn deliver(shared: &Shared, stream: &StreamInfo, events: &[Event<Type
 mod tests {
     use xds_proto::{ResourceType, TypeUrl};
 
-    use super::{StreamStatus, set_text};
+    use super::StreamStatus;
 
     /// Each type finds its own status, whichever order the types came in and whether or not its
     /// status existed; the first lookup creates it, once.
@@ -188,16 +179,5 @@ mod tests {
         }
         assert_eq!(status.types.len(), 3);
         assert_eq!(status.types[types[2].as_str()].sent_ms, 3);
-    }
-
-    #[test]
-    fn a_status_text_is_written_into_the_string_it_holds() {
-        let mut slot = None;
-        set_text(&mut slot, "0123456789abcdef");
-        assert_eq!(slot.as_deref(), Some("0123456789abcdef"));
-        let at = slot.as_ref().map(|s| s.as_ptr());
-        set_text(&mut slot, "42");
-        assert_eq!(slot.as_deref(), Some("42"), "the whole text replaced");
-        assert_eq!(slot.as_ref().map(|s| s.as_ptr()), at, "in the same allocation");
     }
 }
