@@ -5,7 +5,7 @@
 #
 # usage: callgrind.sh <xds-bench-server binary> <label> delta|sotw [clients] [updates]
 #   PORT (default 18600: gRPC; PORT+1: HTTP), LOAD (default target/release/xds-load),
-#   OUT_DIR (default target/callgrind).
+#   OUT_DIR (default target/callgrind), CLUSTERS (default 10000).
 # The server runs under callgrind with instrumentation off until it is up; then three xds-load
 # runs, each followed by a dump: a cold storm, a warm storm, and a warm storm with the updates.
 # Prints the cold and warm storms' instructions and (third − second) / updates.
@@ -24,7 +24,7 @@ out_dir=${OUT_DIR:-target/callgrind}; mkdir -p "$out_dir"
 out=$out_dir/$label-$mode
 rm -f "$out".*
 valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$out.%p" \
-  "$server" --clusters 10000 --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" \
+  "$server" --clusters "${CLUSTERS:-10000}" --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" \
   > "$out.server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

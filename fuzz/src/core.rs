@@ -260,10 +260,10 @@ struct SotwRun {
     /// The names of the latest request the sub-stream applied: ACKs repeat them.
     names: Vec<String>,
     /// The version the client last ACKed.
-    acked: String,
+    acked: xds_core::Text,
     first: bool,
     /// Rule S15: the version a first request claims the client holds, until the first poll.
-    claimed: Option<String>,
+    claimed: Option<xds_core::Text>,
 }
 
 impl SotwRun {
@@ -382,7 +382,7 @@ pub(crate) fn sotw(data: &[u8]) {
         c: Client::default(),
         last: None,
         names: Vec::new(),
-        acked: String::new(),
+        acked: xds_core::Text::new(),
         first: true,
         claimed: None,
     };
@@ -394,13 +394,13 @@ pub(crate) fn sotw(data: &[u8]) {
                 let version = match version {
                     VersionChoice::Latest => run.acked.clone(),
                     VersionChoice::Current => run.view.version(),
-                    VersionChoice::Empty => String::new(),
-                    VersionChoice::Other(v) => v.chars().take(8).collect(),
+                    VersionChoice::Empty => xds_core::Text::new(),
+                    VersionChoice::Other(v) => v.chars().take(8).collect::<String>().into(),
                 };
                 run.request(SotwRequest {
                     version_info: version,
                     resource_names: texts(&names).into(),
-                    response_nonce: run.c.nonce(&nonce),
+                    response_nonce: run.c.nonce(&nonce).into(),
                     error_detail: nack_detail(&nack),
                     denied: Default::default(),
                 });
@@ -410,7 +410,7 @@ pub(crate) fn sotw(data: &[u8]) {
                 run.request(SotwRequest {
                     version_info: run.acked.clone(),
                     resource_names: texts(&subscribe).into(),
-                    response_nonce: run.c.nonce(&NonceChoice::Latest),
+                    response_nonce: run.c.nonce(&NonceChoice::Latest).into(),
                     error_detail: None,
                     denied: Default::default(),
                 });
@@ -466,7 +466,7 @@ fn sotw_poll(
     view: &MemView,
     n: &mut Nonces,
     c: &mut Client,
-    claimed: &mut Option<String>,
+    claimed: &mut Option<xds_core::Text>,
     defer: bool,
 ) -> Option<SotwResponse<Res>> {
     let awaiting = s.awaiting_ack();
@@ -630,7 +630,7 @@ pub(crate) fn delta(data: &[u8]) {
                 run.request(DeltaRequest {
                     subscribe: texts(&subscribe),
                     unsubscribe: texts(&unsubscribe),
-                    response_nonce: run.c.nonce(&nonce),
+                    response_nonce: run.c.nonce(&nonce).into(),
                     error_detail: nack_detail(&nack),
                     ..Default::default()
                 });

@@ -58,7 +58,7 @@ impl TypeVersion {
     /// for its version at each response.
     pub fn text(self) -> xds_core::Text {
         // The check costs less than a char at a time.
-        std::str::from_utf8(&self.hex()).map_or_else(|_| xds_core::Text::new(), Into::into)
+        xds_core::Text::from(std::str::from_utf8(&self.hex()).expect("hex digits are ASCII"))
     }
 
     /// The 16 lower-case hex digits, written without the formatting machinery: a delta response

@@ -33,7 +33,7 @@ pub(crate) struct Flow {
 impl Flow {
     /// Classifies a request by its nonce (rules S4, S5, S7, D1) and moves the phase on. The
     /// answer's texts are taken from the request, not copied: an ACK is one per update per
-    /// client, and its nonce was read into a string of its own already.
+    /// client, and its nonce was read into a text of its own already.
     ///
     /// Nothing can be stale before the first response: a request whose nonce comes from another
     /// stream (a client that reconnected) is then taken as it is rather than ignored, which would

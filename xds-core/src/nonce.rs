@@ -34,7 +34,7 @@ impl Nonces {
         }
         // Up to 20 digits: kept in place (see `Text`). The check costs less than a char at a
         // time.
-        std::str::from_utf8(&digits[at..]).map_or_else(|_| crate::Text::new(), crate::Text::from)
+        crate::Text::from(std::str::from_utf8(&digits[at..]).expect("decimal digits are ASCII"))
     }
 }
 

@@ -194,6 +194,54 @@ impl<R: Resource> ResourceSet<R> {
             resources.reverse();
         }
         let any_ttl = resources.iter().any(|r| r.ttl().is_some());
+        Self::sorted(resources, any_ttl)
+    }
+
+    /// A new set of this one's resources with `r` in place of the resource of its name (or
+    /// added, in order): the set after a view's change to one resource, in one copy of the
+    /// handles, without the order check of [`new`](Self::new).
+    ///
+    /// A view whose set many clients hold hands out the next set at once after a change (see
+    /// [`holders`](Self::holders)): each client then moves to it rather than recording the
+    /// change beside its base.
+    #[must_use]
+    pub fn with(&self, r: R) -> Self {
+        let all = &self.0.resources;
+        let (before, after) = match all.binary_search_by(|held| held.name().cmp(r.name())) {
+            Ok(i) => (&all[..i], &all[i + 1..]),
+            Err(i) => (&all[..i], &all[i..]),
+        };
+        // A TTL taken away may leave none; kept as it was, the set is only not shared.
+        let any_ttl = self.0.any_ttl || r.ttl().is_some();
+        let mut resources = Vec::with_capacity(before.len() + 1 + after.len());
+        resources.extend_from_slice(before);
+        resources.push(r);
+        resources.extend_from_slice(after);
+        Self::sorted(resources, any_ttl)
+    }
+
+    /// A new set of this one's resources without the one named `name` (the same resources if
+    /// there is none), as [`with`](Self::with) makes one.
+    #[must_use]
+    pub fn without(&self, name: &str) -> Self {
+        let all = &self.0.resources;
+        let mut resources = all.to_vec();
+        if let Ok(i) = all.binary_search_by(|held| held.name().cmp(name)) {
+            resources.remove(i);
+        }
+        Self::sorted(resources, self.0.any_ttl)
+    }
+
+    /// How many handles to this set exist, the caller's included: a view that keeps its set
+    /// learns from it how many clients hold the set as their base (and responses in flight carry
+    /// it), so whether making the next set at each change pays (see [`with`](Self::with)).
+    pub fn holders(&self) -> usize {
+        std::sync::Arc::strong_count(&self.0)
+    }
+
+    /// A set of `resources` known to be in name order, each name once.
+    fn sorted(resources: Vec<R>, any_ttl: bool) -> Self {
+        debug_assert!(resources.is_sorted_by(|a, b| a.name() < b.name()));
         let memo = std::sync::OnceLock::new();
         let named_by = Mutex::new((Weak::new(), 0));
         let hint = Hint::default();
@@ -328,6 +376,28 @@ mod tests {
 
     fn contents(set: &ResourceSet<Res>) -> Vec<(&str, &str)> {
         set.iter().map(|r| (r.0, r.1)).collect()
+    }
+
+    /// The set after a change to one resource is the set a view would build of its resources
+    /// then: the resource replaced in place, or added in order, or taken away; the set it came
+    /// from is unchanged, and each copy counts as a holder while it lives.
+    #[test]
+    fn the_next_set_is_this_one_with_one_resource_replaced_added_or_taken_away() {
+        let set = ResourceSet::new(vec![Res("b", "1"), Res("d", "1")]);
+        assert_eq!(contents(&set.with(Res("b", "2"))), [("b", "2"), ("d", "1")]);
+        assert_eq!(contents(&set.with(Res("a", "1"))), [("a", "1"), ("b", "1"), ("d", "1")]);
+        assert_eq!(contents(&set.with(Res("c", "1"))), [("b", "1"), ("c", "1"), ("d", "1")]);
+        assert_eq!(contents(&set.with(Res("e", "1"))), [("b", "1"), ("d", "1"), ("e", "1")]);
+        assert_eq!(contents(&set.without("b")), [("d", "1")]);
+        assert_eq!(contents(&set.without("c")), [("b", "1"), ("d", "1")]);
+        assert_eq!(contents(&set), [("b", "1"), ("d", "1")], "the set it came from is as it was");
+        let next = set.with(Res("b", "2"));
+        assert!(!next.ptr_eq(&set) && next.get("b") == Some(&Res("b", "2")));
+        assert_eq!(set.holders(), 1);
+        let held = [set.clone(), set.clone()];
+        assert_eq!(set.holders(), 3);
+        drop(held);
+        assert_eq!(set.holders(), 1);
     }
 
     #[test]

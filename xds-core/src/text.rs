@@ -16,8 +16,8 @@ use smol_str::SmolStr;
 /// of their own, copied again into the stream's records and events: four allocations and their
 /// frees per client and update, for texts of 1 to 20 bytes (a nonce's digits, a cache's 16-digit
 /// version). A `Text` of up to 23 bytes is kept in place, in the 24 bytes a `String` takes, and
-/// copying it allocates nothing; a longer one (a custom view's version) is shared, and copying
-/// it counts a reference.
+/// copying it allocates nothing; a longer one (a custom view's version) is made once into a
+/// shared text, and copying it counts a reference.
 ///
 /// It reads as a `&str` (`Deref`), compares with `str` and `String` either way, and converts from
 /// both:
@@ -98,7 +98,8 @@ impl From<&String> for Text {
     }
 }
 
-/// A short string is copied in place and freed; a long one is shared as it is.
+/// A short string is copied in place; a long one into a shared text (one copy, made once: its
+/// copies after that count a reference).
 impl From<String> for Text {
     fn from(text: String) -> Self {
         Text(SmolStr::from(text))

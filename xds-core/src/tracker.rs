@@ -682,7 +682,33 @@ impl<R: Resource> Tracker<R> {
         diff.answer_owed = !self.forced_globs.is_empty();
         // Rule C4: an error a cache attached to a glob is told when the glob is subscribed.
         diff.recheck.extend(self.forced_globs.iter().cloned());
+        self.leave_to_base(sub, &mut commit);
         (diff, commit)
+    }
+
+    /// Takes out of `commit` what the client will hold through the base it moves to: a
+    /// resource sent at the version the base has, under its own name, for a name with no
+    /// exception of its own (whose hold would replace that exception). Recorded, it would only
+    /// be taken away again by the rebase (see [`rebase`](Self::rebase)), after a lookup. With a
+    /// view that makes its next set at each change (a table many clients hold:
+    /// [`View::built_resource_set`]), an update then costs each client no record and no rebase
+    /// but a pointer's: it moves from one shared set to the next.
+    ///
+    /// Only when the commit rebases: it has a base, puts nothing off (a put-off removal stops
+    /// the rebase) and the subscription is not empty (an empty one holding nothing stops it).
+    fn leave_to_base(&self, sub: &Subscription, commit: &mut Commit<R>) {
+        let Some(set) = commit.base.as_ref() else { return };
+        if !commit.deferred.is_empty() || sub.is_empty() {
+            return;
+        }
+        commit.changes.retain(|change| match change {
+            Holding::Hold(key, Held::Sent(r)) if **key == *r.name() => {
+                let in_set = set.get_changed(r.name());
+                let same = in_set.is_some_and(|s| s.version() == r.version() && s.ttl() == r.ttl());
+                !same || self.held.get(key).is_some()
+            }
+            _ => true,
+        });
     }
 
     /// Whether a comparison that finds no change in the view owes nothing either: no name is
@@ -1469,6 +1495,42 @@ mod tests {
         let _ = view.resource_set();
         let _ = exchange(&mut s, &view, &mut n);
         assert!(s.tracker.held.is_empty(), "rebased on the set at hand");
+    }
+
+    /// A client whose view makes its next set at each change (as a table many clients hold
+    /// does) moves to it: the change it is sent is held through the new base, with no
+    /// exception recorded and so no rebase's lookups; a name it holds an exception for (told
+    /// absent, then created) is recorded, then settled by the rebase. What it holds is the view.
+    #[test]
+    fn a_client_moves_to_the_next_set_its_view_made_at_once() {
+        let mut view = clusters(1_000);
+        view.lazy = true;
+        let mut n = Nonces::new();
+        let mut s: DeltaSubStream<Res> = SubStream::new(CDS);
+        let _ = s.handle_request(request(&["*", "later"], &[], ""));
+        let (sent, _) = exchange(&mut s, &view, &mut n);
+        assert_eq!(sent.len(), 1_001);
+        assert!(sent.iter().any(|name| name == "absent:later"));
+        assert_eq!(s.tracker.held.len(), 1, "the absent name, an exception");
+        for i in 0..40 {
+            view.set(&format!("cluster-{:05}", i * 7), ["2", "3"][i % 2]);
+            let next = view.resource_set().expect("made at the change");
+            let (_, commit) = s.tracker.compare(&s.subscription, CDS, &view, Removals::Send);
+            assert!(commit.changes.is_empty(), "nothing to record: the next base holds it");
+            assert_eq!(exchange(&mut s, &view, &mut n).0, [format!("cluster-{:05}", i * 7)]);
+            assert_eq!(s.tracker.held.len(), 1, "the change held through the base, not recorded");
+            assert!(s.tracker.base.as_ref().is_some_and(|base| base.ptr_eq(&next)));
+        }
+        view.set("later", "1");
+        let _ = view.resource_set();
+        let (_, commit) = s.tracker.compare(&s.subscription, CDS, &view, Removals::Send);
+        assert_eq!(commit.changes.len(), 1, "a name with an exception is recorded");
+        assert_eq!(exchange(&mut s, &view, &mut n).0, ["later"]);
+        assert!(s.tracker.held.is_empty(), "the exception replaced, then settled by the rebase");
+        let held: Vec<(&str, Option<&str>)> = s.held().collect();
+        let expected: Vec<(&str, Option<&str>)> =
+            view.resources.values().map(|r| (r.name(), Some(r.version()))).collect();
+        assert_eq!(held, expected, "held is exactly the view");
     }
 
     /// An update's comparison finds one resource to send and one name to record: both are kept

@@ -10,7 +10,8 @@ use crate::callbacks::{Nack, StreamInfo};
 use crate::metrics::StreamCounters;
 use crate::server::Shared;
 use crate::status::{
-    EventLog, NackStatus, StreamEventKind, StreamStatus, bounded_text, event_text, lock, now_ms,
+    EventLog, MAX_NACK_TEXT, NackStatus, StreamEventKind, StreamStatus, bounded_text, event_text,
+    lock, now_ms,
 };
 
 /// Records events in the stream's status, its event log and the server's metrics. Runs no user
@@ -46,7 +47,7 @@ pub(super) fn record(
                 ts.nack = None;
                 // A delta ACK carries no version: it accepts the response it names.
                 if !version.is_empty() {
-                    ts.acked_version = Some(bounded_text(version));
+                    ts.acked_version = Some(bounded_text(version, MAX_NACK_TEXT));
                 } else if ts.sent_nonce.as_deref() == Some(nonce.as_str()) {
                     ts.acked_version.clone_from(&ts.sent_version);
                 }
