@@ -121,8 +121,9 @@ impl Steps {
     }
 }
 
-/// The shared set of a table's resources, built on first use after each change: readers after
-/// the first take it without a lock.
+/// The shared set of a table's resources: made at a change when many clients hold the last one
+/// ([`SetCache::next`]), else built on first use after it; readers after the first take it
+/// without a lock.
 #[derive(Default)]
 struct SetCache(std::sync::OnceLock<ResourceSet<EncodedResource>>);
 
@@ -136,10 +137,12 @@ impl SetCache {
     /// changes, no exception kept. Making the set copies one handle per resource (about ten
     /// instructions each); moving a client to it saves about a thousand per client and change.
     /// So the set is made when it has more holders than one per 64 resources: a set of 10,000
-    /// held by more than 156 clients, a node's own set of one client never (there each change
-    /// would cost the whole set for one client, which is why a client rebases only every so
-    /// many changes). A burst of changes makes sets only while clients keep up: a set no client
-    /// has moved to yet has no holders.
+    /// held by more than 156 clients; a node's own set of one client only while it is small
+    /// (its client and a response in flight are two holders: a set of fewer than 128), as
+    /// elsewhere each change would cost the whole set for one client, which is why a client
+    /// rebases only every so many changes. (Holders are the clients' bases and the responses
+    /// not yet sent that carry the set.) A burst of changes makes sets only while clients keep
+    /// up: a set no client has moved to yet has no holders.
     fn next(
         &self,
         change: impl FnOnce(&ResourceSet<EncodedResource>) -> ResourceSet<EncodedResource>,
@@ -411,8 +414,9 @@ impl View for ResourceTable {
         }
     }
 
-    /// Built by the first stream that asks after a change (O(n) pointer copies, in name order
-    /// already), then shared by every stream of every client of this table until the next one.
+    /// Made at the change when many clients held the last set (see `SetCache::next`), else built
+    /// by the first stream that asks after it (O(n) pointer copies, in name order already), then
+    /// shared by every stream of every client of this table until the next one.
     fn resource_set(&self) -> Option<ResourceSet<EncodedResource>> {
         let set = self.set.0.get_or_init(|| {
             ResourceSet::new(self.entries.values().map(|e| e.resource.clone()).collect())
@@ -511,7 +515,11 @@ mod tests {
         let holders: Vec<_> = (0..4).map(|_| first.clone()).collect();
         t.upsert(cluster("c007", "2"));
         let next = t.built_resource_set().expect("made at the change");
+        let fresh = |t: &ResourceTable| {
+            ResourceSet::new(t.entries.values().map(|e| e.resource.clone()).collect())
+        };
         assert!(!next.ptr_eq(&first));
+        assert_eq!(next, fresh(&t), "the set the table would build");
         let seven = next.get("c007").map(|r| r.decode::<Cluster>().unwrap().alt_stat_name);
         assert_eq!(seven.as_deref(), Some("2"));
         assert_eq!(next.len(), 256);
@@ -527,6 +535,7 @@ mod tests {
         t.delete("c009");
         let after_delete = t.built_resource_set().expect("made at the deletion");
         assert!(after_delete.get("c009").is_none() && after_delete.len() == 255);
+        assert_eq!(after_delete, fresh(&t));
         // Three holders (`after_delete` and two more) of 255 resources: not more than one per 64.
         let few: Vec<_> = (0..2).map(|_| after_delete.clone()).collect();
         t.upsert(cluster("c010", "2"));

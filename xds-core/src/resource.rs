@@ -207,16 +207,17 @@ impl<R: Resource> ResourceSet<R> {
     #[must_use]
     pub fn with(&self, r: R) -> Self {
         let all = &self.0.resources;
-        let (before, after) = match all.binary_search_by(|held| held.name().cmp(r.name())) {
-            Ok(i) => (&all[..i], &all[i + 1..]),
-            Err(i) => (&all[..i], &all[i..]),
+        let (before, replaced, after) = match all.binary_search_by(|h| h.name().cmp(r.name())) {
+            Ok(i) => (&all[..i], Some(&all[i]), &all[i + 1..]),
+            Err(i) => (&all[..i], None, &all[i..]),
         };
-        // A TTL taken away may leave none; kept as it was, the set is only not shared.
-        let any_ttl = self.0.any_ttl || r.ttl().is_some();
+        let ttl_left = replaced.is_some_and(|old| old.ttl().is_some());
+        let ttl_came = r.ttl().is_some();
         let mut resources = Vec::with_capacity(before.len() + 1 + after.len());
         resources.extend_from_slice(before);
         resources.push(r);
         resources.extend_from_slice(after);
+        let any_ttl = ttl_came || self.any_ttl_after(ttl_left, &resources);
         Self::sorted(resources, any_ttl)
     }
 
@@ -225,11 +226,20 @@ impl<R: Resource> ResourceSet<R> {
     #[must_use]
     pub fn without(&self, name: &str) -> Self {
         let all = &self.0.resources;
-        let mut resources = all.to_vec();
-        if let Ok(i) = all.binary_search_by(|held| held.name().cmp(name)) {
-            resources.remove(i);
-        }
-        Self::sorted(resources, self.0.any_ttl)
+        let Ok(i) = all.binary_search_by(|held| held.name().cmp(name)) else {
+            return Self::sorted(all.to_vec(), self.0.any_ttl);
+        };
+        let mut resources = Vec::with_capacity(all.len() - 1);
+        resources.extend_from_slice(&all[..i]);
+        resources.extend_from_slice(&all[i + 1..]);
+        let any_ttl = self.any_ttl_after(all[i].ttl().is_some(), &resources);
+        Self::sorted(resources, any_ttl)
+    }
+
+    /// Whether `resources`, this set's after a change, have a TTL: as this set had, looked for
+    /// again only when a resource with one left (a set with one is not shared as a base).
+    fn any_ttl_after(&self, ttl_left: bool, resources: &[R]) -> bool {
+        self.0.any_ttl && (!ttl_left || resources.iter().any(|r| r.ttl().is_some()))
     }
 
     /// How many handles to this set exist, the caller's included: a view that keeps its set

@@ -701,9 +701,12 @@ impl<R: Resource> Tracker<R> {
         if !commit.deferred.is_empty() || sub.is_empty() {
             return;
         }
+        // An update's one change is looked up by every client of the base in turn (the set
+        // remembers where); the many of a full comparison are this client's alone.
+        let one = commit.changes.len() == 1;
         commit.changes.retain(|change| match change {
             Holding::Hold(key, Held::Sent(r)) if **key == *r.name() => {
-                let in_set = set.get_changed(r.name());
+                let in_set = if one { set.get_changed(r.name()) } else { set.get(r.name()) };
                 let same = in_set.is_some_and(|s| s.version() == r.version() && s.ttl() == r.ttl());
                 !same || self.held.get(key).is_some()
             }
@@ -876,6 +879,7 @@ impl<R: Resource> Tracker<R> {
     fn rebase(&mut self, set: ResourceSet<R>) {
         let same = self.base.as_ref().is_some_and(|b| b.ptr_eq(&set));
         if same && self.held.is_empty() {
+            self.held_at_rebase = 0;
             return;
         }
         // A resource held with another TTL than the set's (the TTL is not part of the version)
