@@ -527,10 +527,7 @@ mod tests {
         t.upsert(cluster("c008", "2"));
         assert!(t.built_resource_set().is_none(), "a set no client moved to is not followed");
         let built = t.resource_set().unwrap();
-        assert_eq!(
-            built,
-            ResourceSet::new(t.entries.values().map(|e| e.resource.clone()).collect())
-        );
+        assert_eq!(built, fresh(&t));
         let moved: Vec<_> = (0..4).map(|_| built.clone()).collect();
         t.delete("c009");
         let after_delete = t.built_resource_set().expect("made at the deletion");
