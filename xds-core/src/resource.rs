@@ -410,6 +410,50 @@ mod tests {
         assert_eq!(set.holders(), 1);
     }
 
+    /// A resource with a TTL or without one, for what a set knows of TTLs.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Timed(&'static str, bool);
+
+    impl Resource for Timed {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn version(&self) -> &str {
+            "1"
+        }
+        fn ttl(&self) -> Option<std::time::Duration> {
+            self.1.then_some(std::time::Duration::from_secs(30))
+        }
+    }
+
+    /// The next set knows whether it has a resource with a TTL (such a set is not shared as a
+    /// base) as a set built of its resources would: a TTL that comes is seen, and one that
+    /// leaves is looked for among the rest.
+    #[test]
+    fn the_next_set_has_a_ttl_exactly_when_one_of_its_resources_has() {
+        let fresh = |set: &ResourceSet<Timed>| ResourceSet::new(set.iter().cloned().collect());
+        let plain = ResourceSet::new(vec![Timed("a", false), Timed("c", false)]);
+        let one = ResourceSet::new(vec![Timed("a", false), Timed("b", true), Timed("c", false)]);
+        let two = ResourceSet::new(vec![Timed("a", true), Timed("b", true)]);
+        let next = [
+            (plain.with(Timed("b", true)), true),
+            (plain.with(Timed("a", false)), false),
+            (plain.without("a"), false),
+            (one.with(Timed("b", false)), false),
+            (one.without("b"), false),
+            (one.with(Timed("a", false)), true),
+            (one.without("c"), true),
+            (one.without("z"), true),
+            (two.with(Timed("a", false)), true),
+            (two.without("b"), true),
+            (two.without("a").without("b"), false),
+        ];
+        for (i, (set, ttl)) in next.iter().enumerate() {
+            assert_eq!(set.any_ttl(), *ttl, "case {i}");
+            assert_eq!(set.any_ttl(), fresh(set).any_ttl(), "case {i}, as a set built of it");
+        }
+    }
+
     #[test]
     fn a_set_is_in_name_order_with_the_later_of_two_resources_of_one_name() {
         // In order, each name once: taken as it is.
