@@ -154,6 +154,9 @@ struct SetInner<R> {
     /// the other: all but the first find it here with one comparison instead of a search. A
     /// hint only: a wrong or stale one costs that comparison and nothing else.
     hint: Hint,
+    /// The last comparison made from this set as a client's base, for every other client of
+    /// the set in the same state (see [`crate::tracker::StepSlot`]).
+    step: crate::tracker::StepSlot<R>,
 }
 
 /// A [`SetInner::hint`] on cache lines of its own: the set is read by every worker thread, and
@@ -163,6 +166,22 @@ struct SetInner<R> {
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Hint(AtomicUsize);
+
+/// A [`ResourceSet`] held without keeping it: it names the set while the set lives (no other
+/// set can take its address while a weak handle keeps the allocation).
+pub(crate) struct WeakSet<R>(Weak<SetInner<R>>);
+
+impl<R> WeakSet<R> {
+    /// Whether this is a handle to `set`.
+    pub(crate) fn is(&self, set: &ResourceSet<R>) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&set.0))
+    }
+
+    /// Whether both are handles to one set.
+    pub(crate) fn same_as(&self, other: &WeakSet<R>) -> bool {
+        Weak::ptr_eq(&self.0, &other.0)
+    }
+}
 
 impl<R> Clone for ResourceSet<R> {
     fn clone(&self) -> Self {
@@ -255,7 +274,8 @@ impl<R: Resource> ResourceSet<R> {
         let memo = std::sync::OnceLock::new();
         let named_by = Mutex::new((Weak::new(), 0));
         let hint = Hint::default();
-        let inner = SetInner { resources: resources.into(), any_ttl, memo, named_by, hint };
+        let step = crate::tracker::StepSlot::default();
+        let inner = SetInner { resources: resources.into(), any_ttl, memo, named_by, hint, step };
         ResourceSet(std::sync::Arc::new(inner))
     }
 
@@ -313,6 +333,16 @@ impl<R: Resource> ResourceSet<R> {
     /// Whether both are the same shared set.
     pub fn ptr_eq(&self, other: &Self) -> bool {
         std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The comparison kept with this set for the clients that hold it as their base.
+    pub(crate) fn step(&self) -> &crate::tracker::StepSlot<R> {
+        &self.0.step
+    }
+
+    /// A handle to this set that does not keep it.
+    pub(crate) fn downgrade(&self) -> WeakSet<R> {
+        WeakSet(Arc::downgrade(&self.0))
     }
 
     pub(crate) fn any_ttl(&self) -> bool {

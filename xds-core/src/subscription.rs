@@ -65,6 +65,31 @@ fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
     NamesDigest::of(names).hash()
 }
 
+/// A subscription as [`Subscription::has_key`] recognises it: its wildcard state and its
+/// shared name and glob sets (`None`: none), held weakly, with their digests.
+pub(crate) struct SubscriptionKey {
+    wildcard: Wildcard,
+    names: Option<(Weak<BTreeSet<String>>, u128)>,
+    globs: Option<(Weak<BTreeSet<String>>, u128)>,
+}
+
+impl SubscriptionKey {
+    /// Whether both keys were taken of one subscription's state: the same wildcard state and
+    /// the same shared sets at the same digests.
+    pub(crate) fn same_as(&self, other: &SubscriptionKey) -> bool {
+        let same = |a: &Option<(Weak<BTreeSet<String>>, u128)>, b: &Option<(Weak<_>, u128)>| match (
+            a, b,
+        ) {
+            (None, None) => true,
+            (Some((a, da)), Some((b, db))) => Weak::ptr_eq(a, b) && da == db,
+            _ => false,
+        };
+        self.wildcard == other.wildcard
+            && same(&self.names, &other.names)
+            && same(&self.globs, &other.globs)
+    }
+}
+
 /// Name sets smaller than this are not worth sharing.
 const MIN_SHARED: usize = 64;
 
@@ -301,6 +326,40 @@ impl Subscription {
     /// identifies them to a [`ResourceSet`](crate::ResourceSet) that remembers being named by them.
     pub(crate) fn shared_names(&self) -> (&Arc<BTreeSet<String>>, u128) {
         (&self.names, self.digest)
+    }
+
+    /// What identifies this subscription to a comparison kept for other clients
+    /// ([`crate::tracker::Step`]): see [`has_key`](Self::has_key).
+    pub(crate) fn key(&self) -> SubscriptionKey {
+        let kept = |set: &Arc<BTreeSet<String>>, digest| {
+            (!set.is_empty()).then(|| (Arc::downgrade(set), digest))
+        };
+        SubscriptionKey {
+            wildcard: self.wildcard,
+            names: kept(&self.names, self.digest),
+            globs: kept(&self.globs, self.glob_digest),
+        }
+    }
+
+    /// Whether this subscription is the one `key` was taken of, or one of the very same names,
+    /// globs and wildcard state: the same wildcard state, and for names and globs either none
+    /// or the same shared set ([`share`]: a thousand proxies of the same 10,000 names hold one),
+    /// unchanged. The key holds the sets weakly, as [`has_changed_name`](Self::has_changed_name)
+    /// does: while it is kept, no other set can be at that address, and every change goes
+    /// through `Arc::make_mut`, which moves a set that a weak pointer names. Two subscriptions
+    /// of equal names in sets of their own (fewer than `MIN_SHARED`, which are not shared) do
+    /// not match: only a pointer is compared, never the names.
+    pub(crate) fn has_key(&self, key: &SubscriptionKey) -> bool {
+        let same = |set: &Arc<BTreeSet<String>>, digest, kept: &Option<(Weak<_>, u128)>| match kept
+        {
+            None => set.is_empty(),
+            Some((weak, kept_digest)) => {
+                std::ptr::eq(weak.as_ptr(), Arc::as_ptr(set)) && *kept_digest == digest
+            }
+        };
+        self.wildcard == key.wildcard
+            && same(&self.names, self.digest, &key.names)
+            && same(&self.globs, self.glob_digest, &key.globs)
     }
 
     /// Whether `name` is explicitly subscribed.
