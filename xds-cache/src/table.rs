@@ -140,16 +140,18 @@ impl SetCache {
     /// held by more than 156 clients; a node's own set of one client only while it is small
     /// (its client and a response in flight are two holders: a set of fewer than 128), as
     /// elsewhere each change would cost the whole set for one client, which is why a client
-    /// rebases only every so many changes. (Holders are the clients' bases and the responses
-    /// not yet sent that carry the set.) A burst of changes makes sets only while clients keep
-    /// up: a set no client has moved to yet has no holders.
+    /// rebases only every so many changes. Holders are the handles to this set (the clients'
+    /// bases and the responses not yet sent that carry it) or, if more, the clients whose base
+    /// is any set of its lineage ([`ResourceSet::lineage_bases`]): in a burst of changes no
+    /// client has moved to the newest set when the next change comes, but every client of an
+    /// older set made from it will, and the next set is made for them.
     fn next(
         &self,
         change: impl FnOnce(&ResourceSet<EncodedResource>) -> ResourceSet<EncodedResource>,
     ) -> Self {
         let widely_held = |set: &ResourceSet<EncodedResource>| {
-            // The cache's own handle is one of them.
-            let clients = set.holders().saturating_sub(1);
+            // The cache's own handle is one of the handles.
+            let clients = set.holders().saturating_sub(1).max(set.lineage_bases());
             clients >= 2 && clients > set.len() / 64
         };
         match self.0.get().filter(|set| widely_held(set)) {
@@ -503,8 +505,8 @@ mod tests {
 
     /// A change to a table whose set more clients hold than one per 64 resources makes the
     /// next set at once (each of those clients moves to it rather than recording the change);
-    /// one held by fewer is built when first asked for, as before, and a burst of changes makes
-    /// a set only while clients have moved to the last one.
+    /// one held by fewer is built when first asked for, as before, and a set that nothing holds
+    /// (here no handle, and no client's base of its lineage) is not followed.
     #[test]
     fn a_widely_held_set_is_followed_by_the_next_at_each_change() {
         let mut t = ResourceTable::default();
@@ -541,6 +543,58 @@ mod tests {
             "three holders of 255 resources: built when asked"
         );
         drop((holders, moved, few));
+    }
+
+    /// Clients whose base is a set of the table's lineage count for the next set wherever they
+    /// are: in a burst of changes none has moved to the newest set when the next change comes,
+    /// yet the table goes on making sets, and each client then moves to the newest with every
+    /// change it missed, recording none. Once too few clients are left, the table stops.
+    #[test]
+    fn a_burst_goes_on_making_sets_for_the_clients_of_older_ones() {
+        use xds_core::{DeltaRequest, DeltaSubStream, Nonces, Response as _, TypeTraits};
+        let mut t = ResourceTable::default();
+        for i in 0..256 {
+            t.upsert(cluster(&format!("c{i:03}"), "1"));
+        }
+        let traits = TypeTraits { wildcard_capable: true, full_state: true, aliases: false };
+        let mut nonces = Nonces::new();
+        let ack =
+            |s: &mut DeltaSubStream<EncodedResource>, nonces: &mut Nonces, t: &ResourceTable| {
+                let r = s.poll_response(t, nonces)?;
+                let _ = s.handle_request(DeltaRequest {
+                    response_nonce: r.nonce().clone(),
+                    ..Default::default()
+                });
+                Some(r.len())
+            };
+        let mut clients: Vec<DeltaSubStream<EncodedResource>> = (0..6)
+            .map(|_| {
+                let mut s = DeltaSubStream::new(traits);
+                let _ = s.handle_request(DeltaRequest {
+                    subscribe: vec!["*".into()],
+                    ..Default::default()
+                });
+                assert_eq!(ack(&mut s, &mut nonces, &t), Some(256));
+                s
+            })
+            .collect();
+        let first = t.built_resource_set().expect("built for the joining clients");
+        assert_eq!(first.lineage_bases(), 6);
+        for i in 0..5 {
+            t.upsert(cluster(&format!("c{i:03}"), "2"));
+            let next = t.built_resource_set().expect("made: six clients of the lineage");
+            assert_eq!(next.lineage_bases(), 6, "none moved yet");
+        }
+        for s in &mut clients {
+            assert_eq!(ack(s, &mut nonces, &t), Some(5), "every change it missed, at once");
+            assert_eq!(s.held_exceptions(), 0, "held through the newest set");
+        }
+        // The table's handle, the six bases and the handle asked for here.
+        assert_eq!(t.built_resource_set().expect("the newest").holders(), 8);
+        clients.truncate(4);
+        t.upsert(cluster("c010", "2"));
+        assert!(t.built_resource_set().is_none(), "four clients of 256 resources: not made");
+        drop(first);
     }
 
     /// The latest upsert is found without a search, and only while it is what the table holds.

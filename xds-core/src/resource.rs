@@ -157,6 +157,56 @@ struct SetInner<R> {
     /// The last comparison made from this set as a client's base, for every other client of
     /// the set in the same state (see [`crate::tracker::StepSlot`]).
     step: crate::tracker::StepSlot<R>,
+    /// The sets made from one another by [`ResourceSet::with`] and [`ResourceSet::without`]
+    /// share one: see [`ResourceSet::lineage_bases`].
+    lineage: Arc<Lineage>,
+}
+
+/// How many clients hold a set of one lineage as their base ([`Base`]).
+#[derive(Debug, Default)]
+struct Lineage {
+    bases: AtomicUsize,
+}
+
+/// A set held as a client's base: counted in its lineage while held
+/// ([`ResourceSet::lineage_bases`]). Reads as the set.
+#[derive(Debug)]
+pub(crate) struct Base<R>(ResourceSet<R>);
+
+impl<R> Base<R> {
+    pub(crate) fn new(set: ResourceSet<R>) -> Self {
+        set.0.lineage.bases.fetch_add(1, Ordering::Relaxed);
+        Base(set)
+    }
+
+    /// Holds `set` instead: within one lineage (the next set of the same view, an update's
+    /// move) the count stays as it is, with no write to it.
+    pub(crate) fn replace(&mut self, set: ResourceSet<R>) {
+        if Arc::ptr_eq(&self.0.0.lineage, &set.0.lineage) {
+            self.0 = set;
+        } else {
+            *self = Base::new(set);
+        }
+    }
+}
+
+impl<R> std::ops::Deref for Base<R> {
+    type Target = ResourceSet<R>;
+    fn deref(&self) -> &ResourceSet<R> {
+        &self.0
+    }
+}
+
+impl<R> Clone for Base<R> {
+    fn clone(&self) -> Self {
+        Base::new(self.0.clone())
+    }
+}
+
+impl<R> Drop for Base<R> {
+    fn drop(&mut self) {
+        self.0.0.lineage.bases.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A [`SetInner::hint`] on cache lines of its own: the set is read by every worker thread, and
@@ -213,7 +263,7 @@ impl<R: Resource> ResourceSet<R> {
             resources.reverse();
         }
         let any_ttl = resources.iter().any(|r| r.ttl().is_some());
-        Self::sorted(resources, any_ttl)
+        Self::sorted(resources, any_ttl, Arc::default())
     }
 
     /// A new set of this one's resources with `r` in place of the resource of its name (or
@@ -237,7 +287,7 @@ impl<R: Resource> ResourceSet<R> {
         resources.push(r);
         resources.extend_from_slice(after);
         let any_ttl = ttl_came || self.any_ttl_after(ttl_left, &resources);
-        Self::sorted(resources, any_ttl)
+        Self::sorted(resources, any_ttl, self.0.lineage.clone())
     }
 
     /// A new set of this one's resources without the one named `name` (the same resources if
@@ -246,13 +296,13 @@ impl<R: Resource> ResourceSet<R> {
     pub fn without(&self, name: &str) -> Self {
         let all = &self.0.resources;
         let Ok(i) = all.binary_search_by(|held| held.name().cmp(name)) else {
-            return Self::sorted(all.to_vec(), self.0.any_ttl);
+            return Self::sorted(all.to_vec(), self.0.any_ttl, self.0.lineage.clone());
         };
         let mut resources = Vec::with_capacity(all.len() - 1);
         resources.extend_from_slice(&all[..i]);
         resources.extend_from_slice(&all[i + 1..]);
         let any_ttl = self.any_ttl_after(all[i].ttl().is_some(), &resources);
-        Self::sorted(resources, any_ttl)
+        Self::sorted(resources, any_ttl, self.0.lineage.clone())
     }
 
     /// Whether `resources`, this set's after a change, have a TTL: as this set had, looked for
@@ -268,14 +318,29 @@ impl<R: Resource> ResourceSet<R> {
         std::sync::Arc::strong_count(&self.0)
     }
 
-    /// A set of `resources` known to be in name order, each name once.
-    fn sorted(resources: Vec<R>, any_ttl: bool) -> Self {
+    /// How many clients hold as their base this set or another of its lineage: the sets made
+    /// from one another by [`with`](Self::with) and [`without`](Self::without), one per change
+    /// of a view that makes its next set at each change.
+    ///
+    /// What a view learns from [`holders`](Self::holders) is how many clients moved to its
+    /// newest set. When changes come faster than its clients are sent them (a burst), none has
+    /// moved to the newest when the next change comes, though all of them will: they hold
+    /// older sets of the same lineage, and move to the view's newest at their next comparison.
+    /// This counts them wherever they are. (Holding a set otherwise, a response in flight that
+    /// carries it, is not counted here.)
+    pub fn lineage_bases(&self) -> usize {
+        self.0.lineage.bases.load(Ordering::Relaxed)
+    }
+
+    /// A set of `resources` known to be in name order, each name once, of `lineage`.
+    fn sorted(resources: Vec<R>, any_ttl: bool, lineage: Arc<Lineage>) -> Self {
         debug_assert!(resources.is_sorted_by(|a, b| a.name() < b.name()));
         let memo = std::sync::OnceLock::new();
         let named_by = Mutex::new((Weak::new(), 0));
         let hint = Hint::default();
         let step = crate::tracker::StepSlot::default();
-        let inner = SetInner { resources: resources.into(), any_ttl, memo, named_by, hint, step };
+        let resources = resources.into();
+        let inner = SetInner { resources, any_ttl, memo, named_by, hint, step, lineage };
         ResourceSet(std::sync::Arc::new(inner))
     }
 
@@ -438,6 +503,27 @@ mod tests {
         assert_eq!(set.holders(), 3);
         drop(held);
         assert_eq!(set.holders(), 1);
+    }
+
+    /// A lineage counts the bases held of its sets: a base taken, copied, dropped, or moved to
+    /// another set of the lineage (no change) or of another (counted there instead).
+    #[test]
+    fn a_lineage_counts_the_bases_held_of_any_of_its_sets() {
+        let first = ResourceSet::new(vec![Res("a", "1"), Res("b", "1")]);
+        let next = first.with(Res("a", "2")).without("b");
+        let other = ResourceSet::new(vec![Res("a", "2")]);
+        let mut base = Base::new(first.clone());
+        let copy = base.clone();
+        assert_eq!((first.lineage_bases(), next.lineage_bases()), (2, 2), "one lineage");
+        base.replace(next.clone());
+        assert!(base.ptr_eq(&next) && next.lineage_bases() == 2, "moved within the lineage");
+        drop(copy);
+        assert_eq!(first.lineage_bases(), 1);
+        base.replace(other.clone());
+        assert_eq!((next.lineage_bases(), other.lineage_bases()), (0, 1), "moved to another");
+        drop(base);
+        assert_eq!(other.lineage_bases(), 0);
+        assert_eq!(first.holders(), 1, "a base is a handle, gone with it");
     }
 
     /// A resource with a TTL or without one, for what a set knows of TTLs.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use smallvec::SmallVec;
 
 pub(crate) use crate::held::{Held, HeldMap, HeldRef};
-use crate::resource::{Resource, ResourceSet, TypeTraits, View, WeakSet};
+use crate::resource::{Base, Resource, ResourceSet, TypeTraits, View, WeakSet};
 use crate::subscription::{Change, Subscription, SubscriptionKey};
 
 /// Whether a response may remove resources now (rule O1).
@@ -33,7 +33,8 @@ pub(crate) struct Tracker<R> {
     held: HeldMap<R>,
     /// The resources the client holds under their own names unless `held` says otherwise, for
     /// the names the subscription covers (every name for a wildcard, else the subscribed ones).
-    base: Option<ResourceSet<R>>,
+    /// Counted in its lineage while held ([`ResourceSet::lineage_bases`]).
+    base: Option<Base<R>>,
     /// The held resources that have a TTL, with it: usually few or none, so heartbeat checks
     /// (on every wake of the stream) never walk everything held. Kept by `hold`/`unhold`; a base
     /// never has resources with a TTL.
@@ -591,7 +592,7 @@ impl<R: Resource> Tracker<R> {
             Some(set) => {
                 self.held = HeldMap::default();
                 self.ttls.clear();
-                self.base = Some(set);
+                self.set_base(set);
                 self.held_at_rebase = 0;
             }
             None => view.for_each(&mut |r| self.hold(r.shared_name(), Held::Sent(r.clone()))),
@@ -1095,8 +1096,16 @@ impl<R: Resource> Tracker<R> {
             HeldRef::Dropped => false,
             HeldRef::Declared(_) | HeldRef::Absent => true,
         });
-        self.base = Some(set);
+        self.set_base(set);
         self.held_at_rebase = self.held.len();
+    }
+
+    /// Takes `set` as the base: in place within a lineage, with no write to its count.
+    fn set_base(&mut self, set: ResourceSet<R>) {
+        match &mut self.base {
+            Some(base) => base.replace(set),
+            None => self.base = Some(Base::new(set)),
+        }
     }
 
     /// Whether this is the first comparison of a client that reconnected declaring what it
