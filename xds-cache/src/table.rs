@@ -150,8 +150,11 @@ impl SetCache {
         change: impl FnOnce(&ResourceSet<EncodedResource>) -> ResourceSet<EncodedResource>,
     ) -> Self {
         let widely_held = |set: &ResourceSet<EncodedResource>| {
-            // The cache's own handle is one of the handles.
-            let clients = set.holders().saturating_sub(1).max(set.lineage_bases());
+            // The cache's own handle is one of the handles. A set with a TTL is no client's
+            // base (the core keeps those per client): the clients of its lineage stay where
+            // they are, and count for nothing here.
+            let lineage = if set.any_ttl() { 0 } else { set.lineage_bases() };
+            let clients = set.holders().saturating_sub(1).max(lineage);
             clients >= 2 && clients > set.len() / 64
         };
         match self.0.get().filter(|set| widely_held(set)) {
@@ -548,7 +551,8 @@ mod tests {
     /// Clients whose base is a set of the table's lineage count for the next set wherever they
     /// are: in a burst of changes none has moved to the newest set when the next change comes,
     /// yet the table goes on making sets, and each client then moves to the newest with every
-    /// change it missed, recording none. Once too few clients are left, the table stops.
+    /// change it missed, recording none. A set with a TTL (no client's base) is followed by
+    /// none, and once too few clients are left, the table stops.
     #[test]
     fn a_burst_goes_on_making_sets_for_the_clients_of_older_ones() {
         use xds_core::{DeltaRequest, DeltaSubStream, Nonces, Response as _, TypeTraits};
@@ -591,9 +595,24 @@ mod tests {
         }
         // The table's handle, the six bases and the handle asked for here.
         assert_eq!(t.built_resource_set().expect("the newest").holders(), 8);
-        clients.truncate(4);
+        // A resource with a TTL: the set made at that change has one, and no client moves to
+        // a set with one, so the next change makes none for them.
+        let timed = cluster("c011", "2").with_ttl(std::time::Duration::from_secs(30));
+        t.upsert(timed);
+        assert!(t.built_resource_set().expect("made from the newest").any_ttl());
+        t.upsert(cluster("c012", "2"));
+        assert!(t.built_resource_set().is_none(), "a set with a TTL is followed by none");
+        t.delete("c011");
+        let built = t.resource_set().expect("built when asked");
+        assert!(!built.any_ttl() && built.lineage_bases() == 0, "a lineage of its own");
+        drop(built);
+        clients.truncate(3);
+        let _ = t.resource_set();
+        for s in &mut clients {
+            assert!(ack(s, &mut nonces, &t).is_some(), "the changes since, and a rebase");
+        }
         t.upsert(cluster("c010", "2"));
-        assert!(t.built_resource_set().is_none(), "four clients of 256 resources: not made");
+        assert!(t.built_resource_set().is_none(), "three clients of 255 resources: not made");
         drop(first);
     }
 

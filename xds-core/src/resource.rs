@@ -410,7 +410,10 @@ impl<R: Resource> ResourceSet<R> {
         WeakSet(Arc::downgrade(&self.0))
     }
 
-    pub(crate) fn any_ttl(&self) -> bool {
+    /// Whether a resource of the set has a TTL. Such a set is no client's base (the core keeps
+    /// the resources with a TTL per client, to owe their heartbeats), so the clients of its
+    /// lineage ([`lineage_bases`](Self::lineage_bases)) never move to it.
+    pub fn any_ttl(&self) -> bool {
         self.0.any_ttl
     }
 

@@ -624,8 +624,9 @@ impl<R: Resource> Tracker<R> {
         if change.wildcard_joined() {
             // What the base held for the names covered before this change: the names still
             // subscribed that were not just added, and those this very change unsubscribed
-            // (the wildcard covers them now, and the client still holds them).
-            let base = base.clone();
+            // (the wildcard covers them now, and the client still holds them). A handle to the
+            // set, not a second base: the lineage's count is not written.
+            let base = ResourceSet::clone(base);
             let added: Vec<&str> = change.added_names().collect();
             let kept =
                 sub.names().iter().filter(|name| added.binary_search(&name.as_str()).is_err());
@@ -657,7 +658,7 @@ impl<R: Resource> Tracker<R> {
                 // A glob's members were not covered before, unless by their own names: the
                 // client holds none of the others, whatever the base says. (These exceptions
                 // go at the next complete comparison, which sends the members.)
-                let base = base.clone();
+                let base = ResourceSet::clone(base);
                 for r in base.members(name) {
                     if !sub.has_name(r.name()) && self.held.get(r.name()).is_none() {
                         self.held.insert(r.shared_name(), Held::Dropped);
