@@ -154,8 +154,9 @@ struct SetInner<R> {
     /// the other: all but the first find it here with one comparison instead of a search. A
     /// hint only: a wrong or stale one costs that comparison and nothing else.
     hint: Hint,
-    /// The last comparison made from this set as a client's base, for every other client of
-    /// the set in the same state (see [`crate::tracker::StepSlot`]).
+    /// The comparisons made from this set as a client's base to the view's newest set (a few,
+    /// one per subscription), for every other client of the set in the same state (see
+    /// [`crate::tracker::StepSlot`]).
     step: crate::tracker::StepSlot<R>,
     /// The sets made from one another by [`ResourceSet::with`] and [`ResourceSet::without`]
     /// share one: see [`ResourceSet::lineage_bases`].
