@@ -69,20 +69,32 @@ fn digest<'a>(names: impl Iterator<Item = &'a String>) -> u128 {
 /// shared name and glob sets (`None`: none), held weakly, with their digests.
 pub(crate) struct SubscriptionKey {
     wildcard: Wildcard,
-    names: Option<(Weak<BTreeSet<String>>, u128)>,
-    globs: Option<(Weak<BTreeSet<String>>, u128)>,
+    names: KeptSet,
+    globs: KeptSet,
+}
+
+/// A shared name set held weakly with its digest (`None`: no names).
+type KeptSet = Option<(Weak<BTreeSet<String>>, u128)>;
+
+/// Whether `kept` names the set at `set` (`None`: an empty set) with `digest`: the same
+/// allocation, unchanged, or both empty. Only addresses are compared, never names.
+fn is_kept(kept: &KeptSet, set: Option<*const BTreeSet<String>>, digest: u128) -> bool {
+    match (kept, set) {
+        (None, None) => true,
+        (Some((weak, kept_digest)), Some(set)) => {
+            std::ptr::eq(weak.as_ptr(), set) && *kept_digest == digest
+        }
+        _ => false,
+    }
 }
 
 impl SubscriptionKey {
     /// Whether both keys were taken of one subscription's state: the same wildcard state and
     /// the same shared sets at the same digests.
     pub(crate) fn same_as(&self, other: &SubscriptionKey) -> bool {
-        let same = |a: &Option<(Weak<BTreeSet<String>>, u128)>, b: &Option<(Weak<_>, u128)>| match (
-            a, b,
-        ) {
-            (None, None) => true,
-            (Some((a, da)), Some((b, db))) => Weak::ptr_eq(a, b) && da == db,
-            _ => false,
+        let same = |mine: &KeptSet, theirs: &KeptSet| match theirs {
+            Some((weak, digest)) => is_kept(mine, Some(weak.as_ptr()), *digest),
+            None => mine.is_none(),
         };
         self.wildcard == other.wildcard
             && same(&self.names, &other.names)
@@ -350,16 +362,10 @@ impl Subscription {
     /// of equal names in sets of their own (fewer than `MIN_SHARED`, which are not shared) do
     /// not match: only a pointer is compared, never the names.
     pub(crate) fn has_key(&self, key: &SubscriptionKey) -> bool {
-        let same = |set: &Arc<BTreeSet<String>>, digest, kept: &Option<(Weak<_>, u128)>| match kept
-        {
-            None => set.is_empty(),
-            Some((weak, kept_digest)) => {
-                std::ptr::eq(weak.as_ptr(), Arc::as_ptr(set)) && *kept_digest == digest
-            }
-        };
+        let live = |set: &Arc<BTreeSet<String>>| (!set.is_empty()).then_some(Arc::as_ptr(set));
         self.wildcard == key.wildcard
-            && same(&self.names, self.digest, &key.names)
-            && same(&self.globs, self.glob_digest, &key.globs)
+            && is_kept(&key.names, live(&self.names), self.digest)
+            && is_kept(&key.globs, live(&self.globs), self.glob_digest)
     }
 
     /// Whether `name` is explicitly subscribed.
