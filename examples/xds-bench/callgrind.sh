@@ -15,10 +15,12 @@
 #
 # UPDATES_ONLY=1 counts the updates alone, with no storm to subtract (a storm's instructions vary
 # by more than a few updates cost): after a warm-up storm, one xds-load run whose first trigger
-# switches the instrumentation on (`--trigger-cmd`), dumped when it ends. Prints the
-# instructions per update and per client and update (each update is one changed resource sent
-# to every client), and keeps the profile ($OUT_DIR/<label>-<mode>.<pid>.1) for
-# `callgrind_annotate`.
+# switches the instrumentation on (`--trigger-cmd`) and whose last trigger dumps the profile
+# before it fires: the count is of the updates before the last (`updates` - 1 of them), with
+# every client still connected; the last update and the clients' leaving are dumped on their own
+# when the run ends. Prints the instructions per update and per client and update (each update
+# is one changed resource sent to every client), and keeps the profiles
+# ($OUT_DIR/<label>-<mode>.<pid>.1 for the updates, .2 for the rest) for `callgrind_annotate`.
 set -euf -o pipefail
 server=$1 label=$2 mode=$3 clients=${4:-50} updates=${5:-10}
 port=${PORT:-18600}; http=$((port + 1))
@@ -39,17 +41,31 @@ run() {
 }
 if [ "${UPDATES_ONLY:-0}" = 1 ]; then
   run --updates 0 > "$out.warm.txt" 2>&1
-  callgrind_control -i off $pid > /dev/null 2>&1; callgrind_control -z $pid > /dev/null 2>&1
+  callgrind_control -i off $pid > /dev/null 2>&1
+  # The warm-up's streams end before the count starts.
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$http/bench/stats" | grep -q '"streams":0' && break
+    sleep 1
+  done
+  callgrind_control -z $pid > /dev/null 2>&1
   sleep 3
-  on=$out.on; rm -f "$on"
-  run --updates "$updates" --interval-ms "${INTERVAL_MS:-400}" --settle-ms 3000 --trigger-cmd \
-    "[ -e $on ] || { callgrind_control -i on $pid >/dev/null 2>&1; touch $on; }; curl -sf 'http://127.0.0.1:$http/bench/update?i={k}'" \
+  on=$out.on; count=$out.count; rm -f "$on" "$count"
+  interval=${INTERVAL_MS:-400}
+  # The last trigger dumps the profile before it fires: the count is the updates before it,
+  # each sent to every client within the interval, while every client is still connected
+  # (xds-load leaves once its clients hold the last update, and the streams' teardown, dumped
+  # on its own, would be counted with the updates).
+  run --updates "$updates" --interval-ms "$interval" --settle-ms 3000 --trigger-cmd \
+    "[ -e $on ] || { callgrind_control -i on $pid >/dev/null 2>&1; touch $on; }; echo >> $count; [ \$(wc -l < $count) -lt $updates ] || callgrind_control -d updates $pid >/dev/null 2>&1; curl -sf 'http://127.0.0.1:$http/bench/update?i={k}'" \
     > "$out.updates.txt" 2>&1
-  sleep 3; callgrind_control -d updates $pid > /dev/null 2>&1
+  sleep 3; callgrind_control -d teardown $pid > /dev/null 2>&1
   kill $pid; wait $pid 2> /dev/null || true
-  all=$(grep -h "^totals:\|^summary:" "$out.$pid.1" | head -1 | awk '{print $2}')
-  echo "$label $mode clients=$clients updates=$updates per_update_Ir=$(( all / updates ))" \
-    "per_client_update_Ir=$(( all / updates / clients )) ($(tail -1 "$out.updates.txt"))"
+  ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
+  all=$(ir 1) rest=$(ir 2) counted=$((updates - 1))
+  echo "$label $mode clients=$clients updates=$counted per_update_Ir=$(( all / counted ))" \
+    "per_client_update_Ir=$(( all / counted / clients ))" \
+    "last_update_and_teardown_per_client_Ir=$(( rest / clients ))" \
+    "($(tail -1 "$out.updates.txt"))"
   exit 0
 fi
 run --updates 0 > "$out.cold.txt" 2>&1; sleep 5; callgrind_control -d cold $pid > /dev/null 2>&1

@@ -2,7 +2,7 @@
 //! Public as [`ResourceTable`], the building block of a custom cache.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use xds_core::{ErrorDetail, ResourceSet, View};
 use xds_proto::EncodedResource;
@@ -83,7 +83,7 @@ pub struct ResourceTable {
     /// `changed_since(r)` is exact for every `r >= horizon`.
     horizon: u64,
     /// The order-independent type version of every (name, version) (rule S16).
-    version: TypeVersion,
+    version: Version,
     /// Errors attached to names (rule C4), with the revision that set them: few, so
     /// `changed_since` walks them all. Boxed: most tables never have one, and a table is kept
     /// per type and node group.
@@ -174,6 +174,27 @@ impl Clone for SetCache {
 impl std::fmt::Debug for SetCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SetCache")
+    }
+}
+
+/// A table's type version, and its text as the first read after a change made it: every
+/// client's response names the version, and a thousand clients of one table wrote the same 16
+/// digits a thousand times per change.
+#[derive(Clone, Debug, Default)]
+struct Version {
+    hash: TypeVersion,
+    text: OnceLock<xds_core::Text>,
+}
+
+impl Version {
+    fn insert(&mut self, name: &str, version: &str) {
+        self.hash.insert(name, version);
+        self.text = OnceLock::new();
+    }
+
+    fn remove(&mut self, name: &str, version: &str) {
+        self.hash.remove(name, version);
+        self.text = OnceLock::new();
     }
 }
 
@@ -371,7 +392,7 @@ impl View for ResourceTable {
     }
 
     fn version(&self) -> xds_core::Text {
-        self.version.text()
+        self.version.text.get_or_init(|| self.version.hash.text()).clone()
     }
 
     fn get(&self, name: &str) -> Option<EncodedResource> {
@@ -671,6 +692,31 @@ mod tests {
         assert_eq!(t1.version(), t2.version());
         t2.upsert(cluster("a", "2"));
         assert_ne!(t1.version(), t2.version());
+    }
+
+    /// The version's text is made once per change and is the version's: read between changes
+    /// (as every client's response reads it), each change shows at the next read, and a change
+    /// undone gives the text back; a copy of the table reads its own.
+    #[test]
+    fn s16_the_version_read_after_a_change_is_the_changed_one() {
+        let mut t = ResourceTable::default();
+        let empty = t.version();
+        t.upsert(cluster("a", "1"));
+        let one = t.version();
+        assert_ne!(one, empty);
+        assert_eq!(t.version(), one, "read again, unchanged");
+        t.upsert(cluster("b", "1"));
+        let two = t.version();
+        assert_ne!(two, one, "an insertion shows");
+        let mut copy = t.clone();
+        t.delete("b");
+        assert_eq!(t.version(), one, "a deletion shows: the version of what remains");
+        assert_eq!(copy.version(), two, "a copy keeps its own");
+        copy.upsert(cluster("a", "2"));
+        assert_ne!(copy.version(), two, "a replacement shows");
+        let mut expected = TypeVersion::default();
+        expected.insert("a", cluster("a", "1").version());
+        assert_eq!(t.version(), expected.text(), "the hash's own text");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use xds_core::{ErrorDetail, View, code};
 use xds_proto::EncodedResource;
@@ -249,7 +249,12 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     /// and released when the stream drops the watch.
     pub fn watch(&self, key: K, signal: Arc<Signal>) -> Box<dyn Watch> {
         let registration = self.inner.watchers.register(key.clone(), signal);
-        Box::new(TableWatch { inner: self.inner.clone(), key, registration })
+        Box::new(TableWatch {
+            inner: self.inner.clone(),
+            key,
+            registration,
+            slot: Mutex::new(None),
+        })
     }
 
     /// How many streams watch `key`.
@@ -305,13 +310,27 @@ struct TableWatch<K: Eq + Hash> {
     inner: Arc<Inner<K>>,
     key: K,
     registration: Registration<K>,
+    /// The key's table as the last read found it, read again while it is not removed. Every
+    /// stream of a key found it through the map at each read: the map's lock taken and given
+    /// back, the table's handle counted up and down, four atomic writes to lines every stream
+    /// on every worker writes, at each client's update. A removed table is kept here until the
+    /// watch's next read (a removal wakes its streams).
+    slot: Mutex<Option<Arc<Slot>>>,
 }
 
 impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
     fn read(&self, f: &mut dyn FnMut(&DynView<'_>)) {
-        let slot = read(&self.inner.map).tables.get(&self.key).cloned();
-        match slot {
-            Some(slot) => f(&*read(&slot.table)),
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(kept) = slot.as_ref() {
+            let table = read(&kept.table);
+            // Seen under the table's lock, which a removal holds as it marks the slot.
+            if !kept.removed.load(Ordering::Acquire) {
+                return f(&*table as &ResourceTable);
+            }
+        }
+        *slot = read(&self.inner.map).tables.get(&self.key).cloned();
+        match slot.as_ref() {
+            Some(kept) => f(&*read(&kept.table)),
             None => f(&Unready),
         }
     }
@@ -442,6 +461,34 @@ mod tests {
         let (ready, revision, told) = look(&*watch, read_at);
         assert!(ready && revision > read_at);
         assert_eq!(told, None, "the stream must compare in full");
+    }
+
+    /// A watch keeps the table it read and reads it again while it stands; once it is removed,
+    /// the watch finds the key's table anew: the one made since (never the removed one read
+    /// again, nor its changes taken for the new one's), or none.
+    #[test]
+    fn a_watch_reads_the_table_made_after_a_removal_it_did_not_see() {
+        let tables: Tables<u8> = Tables::new();
+        let watch = tables.watch(1, Arc::new(Signal::new()));
+        tables.update(&1, |t| t.upsert(cluster("a", "1")));
+        let (_, first, _) = look(&*watch, 0);
+        tables.update(&1, |t| t.upsert(cluster("b", "1")));
+        let (_, second, told) = look(&*watch, first);
+        assert_eq!(told, Some(vec!["b".to_owned()]), "the kept table, changed");
+        assert!(tables.remove(&1));
+        tables.update(&1, |t| t.upsert(cluster("c", "1")));
+        let (ready, revision, told) = look(&*watch, second);
+        assert!(ready && revision > second);
+        assert_eq!(told, None, "a new table: compared in full");
+        let mut held = Vec::new();
+        watch.read(&mut |view| {
+            held = ["a", "b", "c"].into_iter().filter(|n| view.get(n).is_some()).collect();
+        });
+        assert_eq!(held, ["c"], "the new table, not the removed one");
+        assert!(tables.remove(&1));
+        assert!(!look(&*watch, revision).0, "removed, none made since: not ready");
+        tables.update(&1, |_| ());
+        assert!(look(&*watch, 0).0);
     }
 
     /// A watch says whether its key changed since it last said: a new watch has read nothing

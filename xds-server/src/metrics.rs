@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,9 +19,37 @@ type Series = (&'static str, &'static str, &'static str, fn(&PerType) -> f64);
 /// times per client and update by every stream on every core, was a point of contention that
 /// grows with the cores.) A scrape reads each counter on its own: two of them may be a count
 /// apart, as with any Prometheus client library.
+///
+/// The counts are spread over [`SHARDS`] shards, each on cache lines of its own, and a thread
+/// counts in its own ([`thread_shard`]): every stream of a type counts seven times per update
+/// (a request, a response and its bytes, an ACK, its latency in three), and in one set of atomics
+/// each of those adds waited for the line the other workers had just written. A scrape adds the
+/// shards up.
 #[derive(Debug, Default)]
 pub(crate) struct PerType {
+    /// Counted when a stream opens or closes a type, not per update: one place.
     streams: AtomicI64,
+    shards: [Shard; SHARDS],
+}
+
+/// How many shards [`PerType`] spreads its counts over: a worker thread's counts share a
+/// shard only with one thread in `SHARDS`.
+const SHARDS: usize = 8;
+
+/// The shard the calling thread counts in: threads take shards in turn as they first count.
+fn thread_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
+    }
+    SHARD.with(|shard| *shard)
+}
+
+/// One shard of a [`PerType`]'s counts, on cache lines of its own (128 bytes: the pair of lines
+/// a core fetches together).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
     requests: AtomicU64,
     responses: AtomicU64,
     response_bytes: AtomicU64,
@@ -46,39 +74,59 @@ impl PerType {
         self.streams.fetch_sub(1, Relaxed);
     }
 
+    /// The calling thread's shard.
+    fn shard(&self) -> &Shard {
+        &self.shards[thread_shard()]
+    }
+
+    /// A counter's total over the shards.
+    fn total(&self, counter: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| counter(s).load(Relaxed)).fold(0, u64::wrapping_add)
+    }
+
     pub(crate) fn request(&self) {
-        self.requests.fetch_add(1, Relaxed);
+        self.shard().requests.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn response(&self, bytes: usize) {
-        self.responses.fetch_add(1, Relaxed);
-        self.response_bytes.fetch_add(bytes as u64, Relaxed);
+        let shard = self.shard();
+        shard.responses.fetch_add(1, Relaxed);
+        shard.response_bytes.fetch_add(bytes as u64, Relaxed);
     }
 
     pub(crate) fn ack(&self, latency: Option<Duration>) {
-        self.acks.fetch_add(1, Relaxed);
+        let shard = self.shard();
+        shard.acks.fetch_add(1, Relaxed);
         if let Some(l) = latency {
             let micros = u64::try_from(l.as_micros()).unwrap_or(u64::MAX);
-            self.ack_micros_sum.fetch_add(micros, Relaxed);
-            self.ack_count.fetch_add(1, Relaxed);
+            shard.ack_micros_sum.fetch_add(micros, Relaxed);
+            shard.ack_count.fetch_add(1, Relaxed);
             let seconds = l.as_secs_f64();
             if let Some(i) = ACK_BUCKETS.iter().position(|&le| seconds <= le) {
-                self.ack_buckets[i].fetch_add(1, Relaxed);
+                shard.ack_buckets[i].fetch_add(1, Relaxed);
             }
         }
     }
 
+    fn nack(&self) {
+        self.shard().nacks.fetch_add(1, Relaxed);
+    }
+
+    fn stale(&self) {
+        self.shard().stale.fetch_add(1, Relaxed);
+    }
+
     fn ack_seconds_sum(&self) -> f64 {
-        self.ack_micros_sum.load(Relaxed) as f64 / 1e6
+        self.total(|s| &s.ack_micros_sum) as f64 / 1e6
     }
 
     /// The ACKs per bucket of [`ACK_BUCKETS`] (not cumulative) and how many were measured,
     /// read so that the count is never below the buckets: it is read first (an ACK counted
     /// meanwhile may be in a bucket read after it) and raised to their sum.
     fn ack_buckets(&self) -> ([u64; ACK_BUCKETS.len()], u64) {
-        let count = self.ack_count.load(Relaxed);
+        let count = self.total(|s| &s.ack_count);
         let buckets: [u64; ACK_BUCKETS.len()] =
-            std::array::from_fn(|i| self.ack_buckets[i].load(Relaxed));
+            std::array::from_fn(|i| self.total(|s| &s.ack_buckets[i]));
         (buckets, count.max(buckets.iter().sum()))
     }
 }
@@ -218,7 +266,7 @@ impl Metrics {
     }
 
     pub(crate) fn nack(&self, variant: &'static str, type_label: &'static str) {
-        self.per_type(variant, type_label).nacks.fetch_add(1, Relaxed);
+        self.per_type(variant, type_label).nack();
     }
 
     /// A NACK from a stream served from `group` (as of the NACK: a regroup moves streams).
@@ -308,7 +356,7 @@ impl Metrics {
     }
 
     pub(crate) fn stale(&self, variant: &'static str, type_label: &'static str) {
-        self.per_type(variant, type_label).stale.fetch_add(1, Relaxed);
+        self.per_type(variant, type_label).stale();
     }
 
     pub(crate) fn refused(&self, reason: &'static str) {
@@ -359,18 +407,18 @@ impl Metrics {
                 |m| m.streams.load(Relaxed) as f64,
             ),
             ("xds_requests_total", "counter", "Requests received.", |m| {
-                m.requests.load(Relaxed) as f64
+                m.total(|s| &s.requests) as f64
             }),
             ("xds_responses_total", "counter", "Responses sent.", |m| {
-                m.responses.load(Relaxed) as f64
+                m.total(|s| &s.responses) as f64
             }),
             ("xds_response_bytes_total", "counter", "Bytes of resource bodies sent.", |m| {
-                m.response_bytes.load(Relaxed) as f64
+                m.total(|s| &s.response_bytes) as f64
             }),
-            ("xds_acks_total", "counter", "Responses ACKed.", |m| m.acks.load(Relaxed) as f64),
-            ("xds_nacks_total", "counter", "Responses NACKed.", |m| m.nacks.load(Relaxed) as f64),
+            ("xds_acks_total", "counter", "Responses ACKed.", |m| m.total(|s| &s.acks) as f64),
+            ("xds_nacks_total", "counter", "Responses NACKed.", |m| m.total(|s| &s.nacks) as f64),
             ("xds_stale_requests_total", "counter", "Requests with a stale nonce.", |m| {
-                m.stale.load(Relaxed) as f64
+                m.total(|s| &s.stale) as f64
             }),
         ];
         for (name, kind, help, get) in series {
@@ -494,6 +542,47 @@ mod tests {
             text.contains("xds_ack_latency_seconds_count{variant=\"sotw\",type=\"cluster\"} 1")
         );
         assert!(text.contains("xds_refused_total{reason=\"rate_limit\"} 1"));
+    }
+
+    /// Counts made on many threads, each in its thread's shard, add up in a scrape: every
+    /// request, response, byte, ACK and latency counted once, whichever shard took it.
+    #[test]
+    fn counts_from_many_threads_add_up_over_the_shards() {
+        let m = Metrics::default();
+        let threads = 2 * SHARDS + 3;
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    for _ in 0..100 {
+                        m.request("delta", "cluster");
+                        m.response("delta", "cluster", 10);
+                        m.ack("delta", "cluster", Some(Duration::from_millis(2)));
+                    }
+                    m.nack("delta", "cluster");
+                    m.stale("delta", "cluster");
+                });
+            }
+        });
+        let per_type = m.per_type("delta", "cluster");
+        let used = per_type.shards.iter().filter(|s| s.requests.load(Relaxed) > 0).count();
+        assert!(used > 1, "the threads counted in more than one shard");
+        let n = 100 * threads;
+        let text = m.render();
+        for (series, value) in [
+            ("xds_requests_total", n),
+            ("xds_responses_total", n),
+            ("xds_response_bytes_total", 10 * n),
+            ("xds_acks_total", n),
+            ("xds_nacks_total", threads),
+            ("xds_stale_requests_total", threads),
+            ("xds_ack_latency_seconds_count", n),
+        ] {
+            let line = format!("{series}{{variant=\"delta\",type=\"cluster\"}} {value}\n");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        let h = m.ack_histogram();
+        assert_eq!((h.count, h.counts[1]), (n as u64, n as u64), "2 ms: the 0.005 bucket");
+        assert!((h.sum_seconds - 0.002 * n as f64).abs() < 1e-6);
     }
 
     #[test]
