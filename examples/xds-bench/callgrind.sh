@@ -23,6 +23,10 @@
 # ($OUT_DIR/<label>-<mode>.<pid>.1 for the updates, .2 for the rest) for `callgrind_annotate`.
 set -euf -o pipefail
 server=$1 label=$2 mode=$3 clients=${4:-50} updates=${5:-10}
+if [ "${UPDATES_ONLY:-0}" = 1 ] && [ "$updates" -lt 2 ]; then
+  echo "UPDATES_ONLY=1 counts the updates before the last: give at least 2" >&2
+  exit 2
+fi
 port=${PORT:-18600}; http=$((port + 1))
 load=${LOAD:-target/release/xds-load}
 out_dir=${OUT_DIR:-target/callgrind}; mkdir -p "$out_dir"
@@ -43,20 +47,23 @@ if [ "${UPDATES_ONLY:-0}" = 1 ]; then
   run --updates 0 > "$out.warm.txt" 2>&1
   callgrind_control -i off $pid > /dev/null 2>&1
   # The warm-up's streams end before the count starts.
+  ended=0
   for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$http/bench/stats" | grep -q '"streams":0' && break
+    curl -sf -m 5 "http://127.0.0.1:$http/bench/stats" | grep -q '"streams":0' && { ended=1; break; }
     sleep 1
   done
+  [ $ended = 1 ] || echo "warning: the warm-up's streams did not end in 120 s" >&2
   callgrind_control -z $pid > /dev/null 2>&1
   sleep 3
   on=$out.on; count=$out.count; rm -f "$on" "$count"
   interval=${INTERVAL_MS:-400}
   # The last trigger dumps the profile before it fires: the count is the updates before it,
-  # each sent to every client within the interval, while every client is still connected
-  # (xds-load leaves once its clients hold the last update, and the streams' teardown, dumped
-  # on its own, would be counted with the updates).
+  # while every client is still connected (xds-load leaves once its clients hold the last
+  # update, and the streams' teardown, dumped on its own, would be counted with the updates).
+  # It waits 3 s first, for the update before it to reach every client (xds-load fires
+  # triggers an interval apart, whether or not the last update has arrived everywhere).
   run --updates "$updates" --interval-ms "$interval" --settle-ms 3000 --trigger-cmd \
-    "[ -e $on ] || { callgrind_control -i on $pid >/dev/null 2>&1; touch $on; }; echo >> $count; [ \$(wc -l < $count) -lt $updates ] || callgrind_control -d updates $pid >/dev/null 2>&1; curl -sf 'http://127.0.0.1:$http/bench/update?i={k}'" \
+    "[ -e '$on' ] || { callgrind_control -i on $pid >/dev/null 2>&1; touch '$on'; }; echo >> '$count'; [ \$(wc -l < '$count') -lt $updates ] || { sleep 3; callgrind_control -d updates $pid >/dev/null 2>&1; }; curl -sf 'http://127.0.0.1:$http/bench/update?i={k}'" \
     > "$out.updates.txt" 2>&1
   sleep 3; callgrind_control -d teardown $pid > /dev/null 2>&1
   kill $pid; wait $pid 2> /dev/null || true

@@ -313,8 +313,12 @@ struct TableWatch<K: Eq + Hash> {
     /// The key's table as the last read found it, read again while it is not removed. Every
     /// stream of a key found it through the map at each read: the map's lock taken and given
     /// back, the table's handle counted up and down, four atomic writes to lines every stream
-    /// on every worker writes, at each client's update. A removed table is kept here until the
-    /// watch's next read (a removal wakes its streams).
+    /// on every worker writes, at each client's update (the table's own read lock is still
+    /// taken). A removed table is kept here until the watch's next read or its end: a removal
+    /// wakes its streams, but a stream that waits for its client to take what it wrote reads
+    /// nothing meanwhile. What that keeps beyond the resources themselves (which the stream's
+    /// base set holds anyway) is the table's index of names and changes, one table per watch
+    /// at most.
     slot: Mutex<Option<Arc<Slot>>>,
 }
 
@@ -489,6 +493,27 @@ mod tests {
         assert!(!look(&*watch, revision).0, "removed, none made since: not ready");
         tables.update(&1, |_| ());
         assert!(look(&*watch, 0).0);
+    }
+
+    /// A watch that read its key's table reads it again without the map: a read goes on while
+    /// the map's write lock is held (as every stream of every key took the map's lock at each
+    /// read, and wrote to its line).
+    #[test]
+    fn a_watch_reads_the_table_it_read_without_the_map() {
+        let tables: Tables<u8> = Tables::new();
+        tables.update(&1, |t| t.upsert(cluster("a", "1")));
+        let watch = tables.watch(1, Arc::new(Signal::new()));
+        let (_, first, _) = look(&*watch, 0);
+        let map = write(&tables.inner.map);
+        let (done, read) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let seen = look(&*watch, 0).1;
+            let _ = done.send(seen);
+        });
+        let seen = read.recv_timeout(std::time::Duration::from_secs(10));
+        drop(map);
+        assert_eq!(seen.ok(), Some(first), "read with the map locked");
+        assert!(reader.join().is_ok());
     }
 
     /// A watch says whether its key changed since it last said: a new watch has read nothing

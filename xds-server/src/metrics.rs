@@ -585,6 +585,21 @@ mod tests {
         assert!((h.sum_seconds - 0.002 * n as f64).abs() < 1e-6);
     }
 
+    /// A thread keeps its shard: its counts are all in one, so that the counting itself writes
+    /// nothing another thread writes (a shard picked at each count would be a shared write
+    /// again).
+    #[test]
+    fn a_thread_counts_in_one_shard() {
+        let m = Metrics::default();
+        std::thread::scope(|scope| {
+            scope.spawn(|| (0..100).for_each(|_| m.request("delta", "listener")));
+        });
+        let per_type = m.per_type("delta", "listener");
+        let counts: Vec<u64> = per_type.shards.iter().map(|s| s.requests.load(Relaxed)).collect();
+        assert_eq!(counts.iter().filter(|&&n| n > 0).count(), 1, "{counts:?}");
+        assert_eq!(counts.iter().sum::<u64>(), 100);
+    }
+
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
