@@ -32,6 +32,8 @@ load=${LOAD:-target/release/xds-load}
 out_dir=${OUT_DIR:-target/callgrind}; mkdir -p "$out_dir"
 out=$out_dir/$label-$mode
 rm -f "$out".*
+# The instructions of dump $1 of the server.
+ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
 valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$out.%p" \
   "$server" --clusters "${CLUSTERS:-10000}" --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" \
   > "$out.server.log" 2>&1 &
@@ -67,7 +69,6 @@ if [ "${UPDATES_ONLY:-0}" = 1 ]; then
     > "$out.updates.txt" 2>&1
   sleep 3; callgrind_control -d teardown $pid > /dev/null 2>&1
   kill $pid; wait $pid 2> /dev/null || true
-  ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
   all=$(ir 1) rest=$(ir 2) counted=$((updates - 1))
   echo "$label $mode clients=$clients updates=$counted per_update_Ir=$(( all / counted ))" \
     "per_client_update_Ir=$(( all / counted / clients ))" \
@@ -80,7 +81,6 @@ run --updates 0 > "$out.warm.txt" 2>&1; sleep 5; callgrind_control -d warm $pid 
 run --updates "$updates" --interval-ms 500 --settle-ms 3000 > "$out.updates.txt" 2>&1
 sleep 5; callgrind_control -d updates $pid > /dev/null 2>&1
 kill $pid; wait $pid 2> /dev/null || true
-ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
 cold=$(ir 1) warm=$(ir 2) all=$(ir 3)
 echo "$label $mode clients=$clients updates=$updates cold_storm_Ir=$cold warm_storm_Ir=$warm" \
   "per_update_Ir=$(( (all - warm) / updates )) ($(tail -1 "$out.updates.txt"))"

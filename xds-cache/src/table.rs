@@ -196,6 +196,11 @@ impl Version {
         self.hash.remove(name, version);
         self.text = OnceLock::new();
     }
+
+    /// The version's text, made by the first read since the last change.
+    fn text(&self) -> xds_core::Text {
+        self.text.get_or_init(|| self.hash.text()).clone()
+    }
 }
 
 impl ResourceTable {
@@ -392,7 +397,7 @@ impl View for ResourceTable {
     }
 
     fn version(&self) -> xds_core::Text {
-        self.version.text.get_or_init(|| self.version.hash.text()).clone()
+        self.version.text()
     }
 
     fn get(&self, name: &str) -> Option<EncodedResource> {

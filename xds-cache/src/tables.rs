@@ -58,6 +58,13 @@ struct Inner<K> {
     watchers: Watchers<K>,
 }
 
+impl<K: Ord> Inner<K> {
+    /// The table of `key` in the map, if it has one.
+    fn slot(&self, key: &K) -> Option<Arc<Slot>> {
+        read(&self.map).tables.get(key).cloned()
+    }
+}
+
 /// The tables by key, and what a table made after a removal must start above.
 struct Map<K> {
     tables: BTreeMap<K, Arc<Slot>>,
@@ -268,7 +275,7 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Tables<K> {
     }
 
     fn slot(&self, key: &K) -> Option<Arc<Slot>> {
-        read(&self.inner.map).tables.get(key).cloned()
+        self.inner.slot(key)
     }
 
     fn slot_or_create(&self, key: &K) -> (Arc<Slot>, bool) {
@@ -329,10 +336,10 @@ impl<K: Ord + Hash + Clone + Send + Sync + 'static> Watch for TableWatch<K> {
             let table = read(&kept.table);
             // Seen under the table's lock, which a removal holds as it marks the slot.
             if !kept.removed.load(Ordering::Acquire) {
-                return f(&*table as &ResourceTable);
+                return f(&*table);
             }
         }
-        *slot = read(&self.inner.map).tables.get(&self.key).cloned();
+        *slot = self.inner.slot(&self.key);
         match slot.as_ref() {
             Some(kept) => f(&*read(&kept.table)),
             None => f(&Unready),
