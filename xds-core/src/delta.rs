@@ -8,6 +8,21 @@ use crate::resource::{Resource, View};
 use crate::subscription::NameSet;
 use crate::substream::{Delta, Protocol, SubStream};
 
+impl<R: Resource> SubStream<Delta, R> {
+    /// A request that names nothing, of a sub-stream that took one before: an ACK, a NACK or
+    /// an answer to an older response, classified by its nonce (rules S4, D1). Every request
+    /// of a synced proxy is one (one per update): no name to admit, subscribe, force or forget.
+    pub(crate) fn answer(
+        &mut self,
+        nonce: &mut crate::Text,
+        error: Option<&crate::error::ErrorDetail>,
+    ) -> crate::message::RequestKind {
+        let kind = self.flow.classify(nonce, error, &mut crate::Text::new());
+        self.quiet_request = true;
+        kind
+    }
+}
+
 impl Protocol for Delta {
     type Request = DeltaRequest;
     type Response<R: Resource> = DeltaResponse<R>;
@@ -18,10 +33,7 @@ impl Protocol for Delta {
             // no name to admit, subscribe, force or forget, which the steps below would each
             // find in turn. A first request is never this: its empty list subscribes to the
             // wildcard (rule D8).
-            let error = request.error_detail.as_ref();
-            let kind =
-                sub.flow.classify(&mut request.response_nonce, error, &mut crate::Text::new());
-            sub.quiet_request = true;
+            let kind = sub.answer(&mut request.response_nonce, request.error_detail.as_ref());
             return Handled { kind, subscribed: Default::default(), unsubscribed: Vec::new() };
         }
         // A set the server found stands for its names listed; unless some name is refused now

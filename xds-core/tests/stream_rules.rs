@@ -358,6 +358,119 @@ fn o1_a_round_after_views_unchanged_reads_only_the_types_requested_since() {
     assert_eq!(round(&mut h), (vec![T::Cds, T::Eds], vec![T::Cds, T::Eds]));
 }
 
+/// Rule S6 with the round skipped: after each request a server says the views unchanged and
+/// asks whether that round would owe nothing (`views_unchanged_quietly`); a quiet round is the
+/// round `views_unchanged` would run that reads nothing and sends nothing, and is skipped. The
+/// harness beside it runs every round; both must send the same responses at every step, and
+/// the round woken by the cache after a quiet one must read every type (the saying is spent).
+#[test]
+fn s06_a_round_found_quiet_is_the_round_that_reads_nothing() {
+    let (mut quiet, mut every) = (ads_with_two_clusters(), ads_with_two_clusters());
+    // Rounds of both after a request: the skipped one's, and the one that ran.
+    fn after_request(quiet: &mut Harness<Delta>, every: &mut Harness<Delta>) -> bool {
+        let skipped = quiet.stream.views_unchanged_quietly();
+        every.stream.views_unchanged();
+        let ran = round(every);
+        if skipped {
+            assert_eq!(ran, (vec![], vec![]), "a quiet round reads and sends nothing");
+        } else {
+            assert_eq!(round(quiet), ran);
+        }
+        skipped
+    }
+    fn both(hs: [&mut Harness<Delta>; 2], f: impl Fn(&mut Harness<Delta>)) {
+        for h in hs {
+            f(h);
+        }
+    }
+    // The setup's responses were in flight at its last round: each ACK is read once.
+    assert!(!after_request(&mut quiet, &mut every));
+    // A change, then its ACK: quiet.
+    both([&mut quiet, &mut every], |h| h.world.view(T::Lds).set("l", "2"));
+    assert_eq!(round(&mut quiet), round(&mut every));
+    both([&mut quiet, &mut every], |h| ack(h, T::Lds));
+    assert!(after_request(&mut quiet, &mut every), "a synced client's ACK");
+    // The cache's next change: every type is read by both, the saying spent by the quiet one.
+    both([&mut quiet, &mut every], |h| h.world.view(T::Cds).set("c3", "1"));
+    let woken = round(&mut every);
+    assert_eq!(woken, (vec![T::Cds, T::Eds, T::Lds], vec![T::Cds]));
+    assert_eq!(round(&mut quiet), woken);
+    // A change that found the response in flight is owed at the ACK: not quiet.
+    both([&mut quiet, &mut every], |h| h.world.view(T::Cds).set("c3", "2"));
+    assert_eq!(round(&mut quiet), round(&mut every));
+    both([&mut quiet, &mut every], |h| ack(h, T::Cds));
+    assert!(!after_request(&mut quiet, &mut every), "owed at the ACK");
+    both([&mut quiet, &mut every], |h| ack(h, T::Cds));
+    assert!(after_request(&mut quiet, &mut every));
+    // A name subscribed: its type is read.
+    both([&mut quiet, &mut every], |h| h.request(T::Eds, delta(&["c3"], &[], "")));
+    assert!(!after_request(&mut quiet, &mut every), "a subscription changed");
+    both([&mut quiet, &mut every], |h| ack(h, T::Eds));
+    assert!(after_request(&mut quiet, &mut every));
+    // Rule O1: the listener's ACK lets the removals held back go.
+    both([&mut quiet, &mut every], |h| {
+        h.world.view(T::Cds).delete("c2");
+        h.world.view(T::Eds).delete("c2");
+        h.world.view(T::Lds).set("l", "3");
+    });
+    assert_eq!(round(&mut quiet), round(&mut every));
+    both([&mut quiet, &mut every], |h| ack(h, T::Lds));
+    assert!(!after_request(&mut quiet, &mut every), "the removals fall due");
+}
+
+/// A delta ACK read without being decoded is taken in as the request it stands for: the same
+/// events (an ACK with its latency, or a stale answer) and the same responses after it. A
+/// type the stream has not opened takes it as that request (its first).
+#[test]
+fn d01_an_ack_taken_without_its_request_is_the_request_taken() {
+    let (mut taken, mut requested) = (ads_with_two_clusters(), ads_with_two_clusters());
+    let take = |h: &mut Harness<Delta>, t: T, nonce: &str| {
+        h.stream.admit(Some("node"), t.type_url(), 0, h.now).unwrap();
+        h.stream.take_ack(&t, nonce.into(), h.now).unwrap();
+    };
+    let sent_nonce = |h: &Harness<Delta>, t: T| {
+        let sub = h.stream.sub_streams().find(|(k, _)| **k == t).map(|(_, s)| s);
+        sub.and_then(|s| s.last_nonce()).unwrap().to_owned()
+    };
+    let mut step = |change: &dyn Fn(&mut Harness<Delta>), t: T, stale: bool| {
+        change(&mut taken);
+        change(&mut requested);
+        let out = (taken.responses(), requested.responses());
+        assert_eq!(format!("{:?}", out.0), format!("{:?}", out.1));
+        assert_eq!(taken.events(), requested.events());
+        let mut nonce = sent_nonce(&taken, t);
+        if stale {
+            nonce = "1".into();
+        }
+        taken.advance(Duration::from_millis(3));
+        requested.advance(Duration::from_millis(3));
+        take(&mut taken, t, &nonce);
+        requested.request(t, delta(&[], &[], &nonce));
+        let events = (taken.events(), requested.events());
+        assert_eq!(events.0, events.1);
+        events.0
+    };
+    let acked = step(&|h| h.world.view(T::Lds).set("l", "2"), T::Lds, false);
+    assert!(
+        matches!(&acked[..], [Event::Ack { type_key: T::Lds, latency: Some(l), .. }] if *l == Duration::from_millis(3)),
+        "{acked:?}"
+    );
+    let stale = step(&|h| h.world.view(T::Cds).set("c3", "1"), T::Cds, true);
+    assert!(matches!(&stale[..], [Event::Stale { type_key: T::Cds }]), "{stale:?}");
+    // Answered late, the response is ACKed.
+    let nonce = sent_nonce(&taken, T::Cds);
+    take(&mut taken, T::Cds, &nonce);
+    requested.request(T::Cds, delta(&[], &[], &nonce));
+    assert_eq!(taken.events(), requested.events());
+    // A type not opened: the ACK is its first request (of the routes' type: it names nothing).
+    taken.world.view(T::Rds).set("r", "1");
+    requested.world.view(T::Rds).set("r", "1");
+    take(&mut taken, T::Rds, "9");
+    requested.request(T::Rds, delta(&[], &[], "9"));
+    assert_eq!(taken.events(), requested.events());
+    assert_eq!(format!("{:?}", taken.responses()), format!("{:?}", requested.responses()));
+}
+
 /// Rule S6 on SotW: an ACK that repeats its list (a server recognises the list by its bytes)
 /// owes nothing, and a round after it that knows the views unchanged reads nothing; an ACK that
 /// lists other names is read, and owes what it added.

@@ -104,7 +104,14 @@ impl ResourceType {
 
     /// The built-in type with this type URL, if any.
     pub fn from_type_url(type_url: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.type_url() == type_url)
+        Self::from_type_url_bytes(type_url.as_bytes())
+    }
+
+    /// The built-in type whose type URL these bytes are, if any: read where a request arrived,
+    /// with no UTF-8 check first (a built-in type URL is ASCII, so bytes that match one are
+    /// its text).
+    pub fn from_type_url_bytes(type_url: &[u8]) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.type_url().as_bytes() == type_url)
     }
 
     /// Whether a subscription may be a wildcard (rules S10, D8): Listener, Cluster and
@@ -426,6 +433,10 @@ mod tests {
         for (t, url) in ResourceType::ALL.into_iter().zip(generated) {
             assert_eq!(t.type_url(), url);
             assert_eq!(ResourceType::from_type_url(&url), Some(t));
+            assert_eq!(ResourceType::from_type_url_bytes(url.as_bytes()), Some(t));
+            // Its bytes and nothing else: not a prefix of it, not more.
+            assert_eq!(ResourceType::from_type_url_bytes(&url.as_bytes()[..url.len() - 1]), None);
+            assert_eq!(ResourceType::from_type_url_bytes(format!("{url}x").as_bytes()), None);
             assert_eq!(format!("{TYPE_URL_PREFIX}{}", t.message_name()), url);
             assert_eq!(TypeUrl::parse(&url).message_name(), t.message_name());
         }

@@ -11,10 +11,11 @@ pub use guard::{StreamError, StreamGuard};
 
 use crate::digest::NamesDigest;
 use crate::error::ErrorDetail;
-use crate::message::RequestKind;
+use crate::message::{AddedNames, DeltaRequest, Handled, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, TypeTraits, View};
-use crate::substream::{Protocol, Response, Sotw, SubStream};
+use crate::substream::{Delta, Protocol, Response, Sotw, SubStream};
+use crate::text::Text;
 pub use rate::TokenBucket;
 
 /// What the whole stream needs to know about a resource type. The server implements it for its
@@ -355,6 +356,31 @@ impl<N, K: TypeKey, R: Resource> Stream<N, K, Sotw, R> {
     }
 }
 
+impl<N, K: TypeKey, R: Resource> Stream<N, K, Delta, R> {
+    /// Takes in an admitted ([`admit`](Self::admit)) delta ACK of `type_key`: a request that
+    /// names nothing but its type and the `nonce` it answers, with no error, which the caller
+    /// read without decoding it (a synced client sends one per update). What
+    /// [`handle_request`](Self::handle_request) does with the request it stands for, without
+    /// the request: the answer classified by its nonce (rules S4, D1) and reported, the type
+    /// left untouched when nothing is owed for it. A type the stream has not opened is taken
+    /// in as that request.
+    pub fn take_ack(
+        &mut self,
+        type_key: &K,
+        mut nonce: Text,
+        now: Instant,
+    ) -> Result<(), StreamError> {
+        let Some(slot) = self.subs.get_mut(type_key).filter(|slot| slot.sub.flow.started()) else {
+            let request = DeltaRequest { response_nonce: nonce, ..DeltaRequest::default() };
+            return self.handle_request(type_key.clone(), request, now);
+        };
+        let kind = slot.sub.answer(&mut nonce, None);
+        let handled = Handled { kind, subscribed: AddedNames::default(), unsubscribed: Vec::new() };
+        Self::take_in(slot, &mut self.events, type_key.clone(), handled, now);
+        Ok(())
+    }
+}
+
 impl<N, K: std::fmt::Debug, P: Protocol, R: Resource> std::fmt::Debug for Stream<N, K, P, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stream")
@@ -468,13 +494,6 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
             })
         });
         let handled = slot.sub.handle_request(request);
-        // An ACK alone, of a client that was sent all its view had: nothing is owed for it (a
-        // change since would have found the response in flight, and is owed), so a round after
-        // it that knows the views unchanged need not read this type.
-        let acked = matches!(handled.kind, RequestKind::Ack { .. });
-        if !(acked && slot.sub.quiet_request && slot.waits_for_changes()) {
-            slot.touched = true;
-        }
         let subscribed = slot.sub.name_count();
         if subscribed > self.config.max_subscribed_names {
             return Err(StreamError::TooManySubscribed {
@@ -482,6 +501,26 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
                 got: subscribed,
                 type_url: type_key.type_url().to_owned(),
             });
+        }
+        Self::take_in(slot, &mut self.events, type_key, handled, now);
+        Ok(())
+    }
+
+    /// What a handled request leaves: whether its type may owe a response for it, and the
+    /// events it is reported by.
+    fn take_in(
+        slot: &mut Slot<P, R>,
+        events: &mut VecDeque<Event<K>>,
+        type_key: K,
+        handled: Handled,
+        now: Instant,
+    ) {
+        // An ACK alone, of a client that was sent all its view had: nothing is owed for it (a
+        // change since would have found the response in flight, and is owed), so a round after
+        // it that knows the views unchanged need not read this type.
+        let acked = matches!(handled.kind, RequestKind::Ack { .. });
+        if !(acked && slot.sub.quiet_request && slot.waits_for_changes()) {
+            slot.touched = true;
         }
         let answer = match handled.kind {
             RequestKind::Ack { version, nonce } => {
@@ -508,14 +547,13 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
         // it told nothing, and cost every stream an event per update.
         let changed = !handled.subscribed.is_empty() || !handled.unsubscribed.is_empty();
         if changed || answer.is_none() {
-            self.events.push_back(Event::Request {
+            events.push_back(Event::Request {
                 type_key,
                 subscribed: handled.subscribed,
                 unsubscribed: handled.unsubscribed,
             });
         }
-        self.events.extend(answer);
-        Ok(())
+        events.extend(answer);
     }
 
     /// The next response to send, if any, given the current `views`: the rounds of
@@ -609,6 +647,21 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// its views changed does not call this: every round reads every type.
     pub fn views_unchanged(&mut self) {
         self.views_unchanged = true;
+    }
+
+    /// [`views_unchanged`](Self::views_unchanged), said by a caller about to start a round:
+    /// true when that round would read no view and owe nothing (no response waits, no type was
+    /// touched since the last round, no removal held back by rule O1 falls due), as after a
+    /// synced client's ACK. That round is then over already: the caller skips it and only takes
+    /// the events. False leaves the next round to read the touched types, as
+    /// `views_unchanged` does.
+    pub fn views_unchanged_quietly(&mut self) -> bool {
+        let quiet = self.round.is_none()
+            && self.ready.is_empty()
+            && self.subs.values().all(|slot| !slot.touched)
+            && !(self.guard.is_aggregated() && self.owes_held_back_removals());
+        self.views_unchanged = !quiet;
+        quiet
     }
 
     /// Rule O1: removals were held back, and every type that could refer to them is quiet.

@@ -27,8 +27,8 @@ use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_f
 use prost::{DecodeError, Message};
 use tonic::Status;
 use xds_core::NamesDigest;
-use xds_proto::TypeUrl;
 use xds_proto::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use xds_proto::{ResourceType, TypeUrl};
 
 use super::frame::{self, HEADER};
 
@@ -210,7 +210,12 @@ impl DeltaAck {
         }
         let (type_url, nonce) = (type_url?, nonce.filter(|n| !n.is_empty())?);
         let text = |range: Range<usize>| std::str::from_utf8(&message[range]).ok();
-        Some(DeltaAck { type_url: TypeUrl::parse(text(type_url)?), nonce: text(nonce)?.into() })
+        // A built-in type is known by its bytes, which are then its (ASCII) text.
+        let type_url = match ResourceType::from_type_url_bytes(&message[type_url.clone()]) {
+            Some(builtin) => TypeUrl::from(builtin),
+            None => TypeUrl::parse(text(type_url)?),
+        };
+        Some(DeltaAck { type_url, nonce: text(nonce)?.into() })
     }
 }
 
@@ -1016,6 +1021,17 @@ mod tests {
         let mut cut = field(TYPE_URL_KEY, url);
         cut.extend([NONCE_KEY, 5, b'4']);
         assert!(decode(cut).is_err(), "a nonce cut short");
+        // A built-in type is known by its bytes; any other type URL is checked as text.
+        let custom = "type.googleapis.com/acme.v1.Widget";
+        let mut widget = field(TYPE_URL_KEY, custom);
+        widget.extend(field(NONCE_KEY, "7"));
+        let read = decode(widget).expect("decodes");
+        let DeltaIncoming::Ack(found) = &read else { panic!("not read in place: {read:?}") };
+        assert_eq!(found.type_url, TypeUrl::parse(custom));
+        assert!(found.type_url.builtin().is_none());
+        let mut garbled = vec![TYPE_URL_KEY, 2, 0xff, 0xfe];
+        garbled.extend(field(NONCE_KEY, "7"));
+        assert!(decode(garbled).is_err(), "a type URL that is not UTF-8");
     }
 
     /// A SotW request read with its names digested says what prost's decoding says, field for

@@ -365,10 +365,10 @@ impl<P: WireProtocol> Driver<P> {
                 }
                 match after {
                     Some(AfterPermit::Request(request)) => {
-                        if let Err(status) = self.take_request(*request) {
-                            return Poll::Ready(Some(Err(status)));
+                        match self.take_request(*request) {
+                            Ok(quiet) => self.answer(quiet),
+                            Err(status) => return Poll::Ready(Some(Err(status))),
                         }
-                        self.respond();
                         continue;
                     }
                     Some(AfterPermit::Write) | None => return Poll::Ready(self.write()),
@@ -401,10 +401,10 @@ impl<P: WireProtocol> Driver<P> {
                         self.waiting = Some((wait, AfterPermit::Request(Box::new(request))));
                         continue;
                     }
-                    if let Err(status) = self.take_request(request) {
-                        return Poll::Ready(Some(Err(status)));
+                    match self.take_request(request) {
+                        Ok(quiet) => self.answer(quiet),
+                        Err(status) => return Poll::Ready(Some(Err(status))),
                     }
-                    self.respond();
                     continue;
                 }
                 // The client closed its side: nothing left to do.
@@ -463,14 +463,25 @@ impl<P: WireProtocol> Driver<P> {
     }
 
     /// Takes in one request ([`on_request`](Self::on_request)); a refused one ends the stream.
-    fn take_request(&mut self, request: P::WireRequest) -> Result<(), Status> {
+    /// True when the round that follows would owe nothing ([`answer`](Self::answer)).
+    fn take_request(&mut self, request: P::WireRequest) -> Result<bool, Status> {
         if let Err(status) = self.on_request(request) {
             self.done = true;
             tracing::debug!(stream = self.info.id, %status, "stream refused a request");
             return Err(status);
         }
-        self.views_unchanged_unless_raised();
-        Ok(())
+        Ok(self.views_unchanged_unless_raised())
+    }
+
+    /// What follows a request: the round of responses, unless it would read no view and owe
+    /// nothing (`quiet`, as after a synced client's ACK: every request of an update), when the
+    /// request's events are all there is to report.
+    fn answer(&mut self, quiet: bool) {
+        if quiet {
+            self.report_events();
+        } else {
+            self.respond();
+        }
     }
 
     /// Woken by the client or a timer rather than the cache: the round that follows reads only
@@ -481,10 +492,11 @@ impl<P: WireProtocol> Driver<P> {
     /// route before the cluster it names: rule O1). A raise after this look is kept, and wakes
     /// a full round next; a cache that changes during a round is read part old, part new, as
     /// in any round.
-    fn views_unchanged_unless_raised(&mut self) {
-        if !self.signal.take() {
-            lock(&self.state.core).views_unchanged();
-        }
+    ///
+    /// True when the round would then read no view and owe nothing
+    /// (`xds_core::Stream::views_unchanged_quietly`): it need not be run.
+    fn views_unchanged_unless_raised(&mut self) -> bool {
+        !self.signal.take() && lock(&self.state.core).views_unchanged_quietly()
     }
 
     /// A wait for a permit of the join gate in `lane`, at most until the gate's deadline (then
@@ -638,11 +650,7 @@ impl<P: WireProtocol> Driver<P> {
     /// check and the stream's start, names to read, the callbacks, the policy's check of each
     /// name, the watch's opening). The core admits it and takes it in under one lock. A synced
     /// client sends one for every response: most of an update's requests are these.
-    fn on_ack(
-        &mut self,
-        type_url: TypeUrl,
-        ack: <P as xds_core::Protocol>::Request,
-    ) -> Result<(), Status> {
+    fn on_ack(&mut self, type_url: TypeUrl, ack: P::Ack) -> Result<(), Status> {
         let now = Instant::now();
         let (admitted, handled) = {
             let mut core = lock(&self.state.core);
@@ -650,7 +658,7 @@ impl<P: WireProtocol> Driver<P> {
                 Ok(admitted) => {
                     // A type opens only after the stream's first request.
                     debug_assert!(!admitted.first, "an open type on a stream not started");
-                    (true, core.handle_request(type_url.clone(), ack, now))
+                    (true, P::take_ack_in(&mut core, &type_url, ack, now))
                 }
                 Err(refused) => (false, Err(refused)),
             }
@@ -834,6 +842,11 @@ impl<P: WireProtocol> Driver<P> {
             self.outbox.push_back((wire, bytes > 0));
         }
         self.track_unserved(now);
+        self.report_events();
+    }
+
+    /// Reports the core's events: status and metrics, then the callbacks with no lock held.
+    fn report_events(&mut self) {
         // The user's callbacks get the events together, with no lock held; the default ones
         // none (and then nothing is kept).
         let mut delivered = Vec::new();

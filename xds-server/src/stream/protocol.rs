@@ -3,17 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use xds_cache::Variant;
 use xds_core::{
-    Delta, DeltaRequest, ErrorDetail, NameSet, Sotw, SotwNames, SotwRequest, SubStream,
+    Delta, DeltaRequest, ErrorDetail, NameSet, Sotw, SotwNames, SotwRequest, StreamError, SubStream,
 };
 use xds_proto::pb::envoy::config::core::v3::Node;
 use xds_proto::pb::google::rpc::Status as RpcStatus;
 use xds_proto::{EncodedResource, TypeUrl};
 
 use crate::callbacks::XdsRequest;
-use crate::codec::decode::{DeltaAck, DeltaIncoming, DeltaRead, Incoming, Malformed, SotwIncoming};
+use crate::codec::decode::{DeltaIncoming, DeltaRead, Incoming, Malformed, SotwIncoming};
 use crate::codec::{DeltaWire, Framed, RecentEncodings, SotwWire};
 use crate::status::{Listed, TypeStatus, lock};
 
@@ -30,10 +31,18 @@ pub(crate) trait WireProtocol: xds_core::Protocol + Send {
     /// decoded (a delta ACK: [`DeltaAck`](crate::codec::decode::DeltaAck)); `None` for any
     /// other request, and for every SotW request (a SotW ACK repeats the client's names).
     fn ack_type(request: &Self::WireRequest) -> Option<&str>;
-    /// Such an ACK as the core takes it; any other request is handed back.
-    fn take_ack(
-        request: Self::WireRequest,
-    ) -> Result<<Self as xds_core::Protocol>::Request, Self::WireRequest>;
+    /// What the core takes of such an ACK (a delta ACK's nonce).
+    type Ack: Send;
+    /// Such an ACK, taken out of the request; any other request is handed back.
+    fn take_ack(request: Self::WireRequest) -> Result<Self::Ack, Self::WireRequest>;
+    /// Takes an admitted ACK of `type_url` into `core` (`xds_core::Stream::take_ack`), without
+    /// the request it stands for.
+    fn take_ack_in(
+        core: &mut CoreStream<Self>,
+        type_url: &TypeUrl,
+        ack: Self::Ack,
+        now: Instant,
+    ) -> Result<(), StreamError>;
     /// Takes the node and the type URL out of a request.
     fn header(request: &mut Self::WireRequest) -> (Option<Node>, String);
     /// How many names a request carries (subscribed names for delta), for limits.
@@ -100,8 +109,20 @@ impl WireProtocol for Sotw {
         None
     }
 
-    fn take_ack(request: SotwIncoming) -> Result<SotwRequest, SotwIncoming> {
+    /// A SotW ACK repeats the client's names: every one is read as a request.
+    type Ack = std::convert::Infallible;
+
+    fn take_ack(request: SotwIncoming) -> Result<Self::Ack, SotwIncoming> {
         Err(request)
+    }
+
+    fn take_ack_in(
+        _: &mut CoreStream<Self>,
+        _: &TypeUrl,
+        ack: Self::Ack,
+        _: Instant,
+    ) -> Result<(), StreamError> {
+        match ack {}
     }
 
     fn header(r: &mut SotwIncoming) -> (Option<Node>, String) {
@@ -188,11 +209,23 @@ impl WireProtocol for Delta {
         }
     }
 
-    fn take_ack(request: DeltaIncoming) -> Result<DeltaRequest, DeltaIncoming> {
+    /// The nonce the ACK answers: the core takes nothing else of it.
+    type Ack = xds_core::Text;
+
+    fn take_ack(request: DeltaIncoming) -> Result<Self::Ack, DeltaIncoming> {
         match request {
-            DeltaIncoming::Ack(ack) => Ok(ack_to_core(ack)),
+            DeltaIncoming::Ack(ack) => Ok(ack.nonce),
             read => Err(read),
         }
+    }
+
+    fn take_ack_in(
+        core: &mut CoreStream<Self>,
+        type_url: &TypeUrl,
+        nonce: Self::Ack,
+        now: Instant,
+    ) -> Result<(), StreamError> {
+        core.take_ack(type_url, nonce, now)
     }
 
     fn header(request: &mut DeltaIncoming) -> (Option<Node>, String) {
@@ -245,7 +278,9 @@ impl WireProtocol for Delta {
                 let DeltaRead { request, set, .. } = *read;
                 (request, set)
             }
-            DeltaIncoming::Ack(ack) => return DeltaRequest { denied, ..ack_to_core(ack) },
+            DeltaIncoming::Ack(ack) => {
+                return DeltaRequest { response_nonce: ack.nonce, denied, ..Default::default() };
+            }
         };
         DeltaRequest {
             subscribe: r.resource_names_subscribe,
@@ -268,11 +303,6 @@ impl WireProtocol for Delta {
         let bytes = wire.body_bytes();
         (wire, bytes)
     }
-}
-
-/// An ACK as the core takes it: a nonce, and nothing else.
-fn ack_to_core(ack: DeltaAck) -> DeltaRequest {
-    DeltaRequest { response_nonce: ack.nonce, ..Default::default() }
 }
 
 /// A delta request as decoded; `None` for an ACK that was not ([`DeltaIncoming::Ack`]), which
