@@ -21,6 +21,12 @@
 # when the run ends. Prints the instructions per update and per client and update (each update
 # is one changed resource sent to every client), and keeps the profiles
 # ($OUT_DIR/<label>-<mode>.<pid>.1 for the updates, .2 for the rest) for `callgrind_annotate`.
+#
+# CACHE_SIM=1 (with UPDATES_ONLY=1) also simulates the caches (`--cache-sim=yes`, the sizes of
+# this machine's) and prints per client and update the instruction-cache misses (I1), the data
+# misses (D1 reads and writes), the last-level ones (LL), and callgrind's cycle estimate
+# Ir + 10 * (I1 + D1 misses) + 100 * LL misses: unlike instructions alone, it counts what the
+# code's size and the data it touches cost each client (docs/benchmarks.md).
 set -euf -o pipefail
 server=$1 label=$2 mode=$3 clients=${4:-50} updates=${5:-10}
 if [ "${UPDATES_ONLY:-0}" = 1 ] && [ "$updates" -lt 2 ]; then
@@ -34,7 +40,9 @@ out=$out_dir/$label-$mode
 rm -f "$out".*
 # The instructions of dump $1 of the server.
 ir() { grep -h "^totals:\|^summary:" "$out.$pid.$1" | head -1 | awk '{print $2}'; }
-valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$out.%p" \
+cache=()
+[ "${CACHE_SIM:-0}" = 1 ] && cache=(--cache-sim=yes)
+valgrind --tool=callgrind "${cache[@]}" --instr-atstart=no --dump-instr=no --callgrind-out-file="$out.%p" \
   "$server" --clusters "${CLUSTERS:-10000}" --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" \
   > "$out.server.log" 2>&1 &
 pid=$!
@@ -74,6 +82,13 @@ if [ "${UPDATES_ONLY:-0}" = 1 ]; then
     "per_client_update_Ir=$(( all / counted / clients ))" \
     "last_update_and_teardown_per_client_Ir=$(( rest / clients ))" \
     "($(tail -1 "$out.updates.txt"))"
+  if [ "${CACHE_SIM:-0}" = 1 ]; then
+    # totals: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+    grep -h "^totals:\|^summary:" "$out.$pid.1" | head -1 | awk -v n=$((counted * clients)) -v l="$label" '{
+      printf "%s per client and update: Ir %.0f I1_misses %.0f D1_read_misses %.0f D1_write_misses %.0f LL_misses %.1f cycle_estimate %.0f\n",
+        l, $2 / n, $5 / n, $6 / n, $7 / n, ($8 + $9 + $10) / n,
+        ($2 + 10 * ($5 + $6 + $7) + 100 * ($8 + $9 + $10)) / n }'
+  fi
   exit 0
 fi
 run --updates 0 > "$out.cold.txt" 2>&1; sleep 5; callgrind_control -d cold $pid > /dev/null 2>&1

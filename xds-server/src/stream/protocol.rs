@@ -101,7 +101,7 @@ pub(crate) type CoreStream<P> = xds_core::Stream<Arc<Node>, TypeUrl, P, EncodedR
 /// State of the world.
 impl WireProtocol for Sotw {
     type WireRequest = SotwIncoming;
-    type Wire = SotwWire;
+    type Wire = Box<SotwWire>;
     const VARIANT: Variant = Variant::Sotw;
     const LABEL: &'static str = "sotw";
 
@@ -188,8 +188,8 @@ impl WireProtocol for Sotw {
         type_url: &TypeUrl,
         cp: Option<&str>,
         recent: &RecentEncodings,
-    ) -> (SotwWire, usize) {
-        let wire = SotwWire::encode(type_url, response, cp, Some(recent));
+    ) -> (Self::Wire, usize) {
+        let wire = Box::new(SotwWire::encode(type_url, response, cp, Some(recent)));
         let bytes = if wire.heartbeat { 0 } else { wire.body_bytes() };
         (wire, bytes)
     }
@@ -198,7 +198,7 @@ impl WireProtocol for Sotw {
 /// Incremental.
 impl WireProtocol for Delta {
     type WireRequest = DeltaIncoming;
-    type Wire = DeltaWire;
+    type Wire = Box<DeltaWire>;
     const VARIANT: Variant = Variant::Delta;
     const LABEL: &'static str = "delta";
 
@@ -298,8 +298,8 @@ impl WireProtocol for Delta {
         type_url: &TypeUrl,
         cp: Option<&str>,
         recent: &RecentEncodings,
-    ) -> (DeltaWire, usize) {
-        let wire = DeltaWire::encode(type_url, response, cp, Some(recent));
+    ) -> (Self::Wire, usize) {
+        let wire = Box::new(DeltaWire::encode(type_url, response, cp, Some(recent)));
         let bytes = wire.body_bytes();
         (wire, bytes)
     }
