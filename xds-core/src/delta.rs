@@ -2,22 +2,20 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::ErrorDetail;
 use crate::message::{DeltaRequest, DeltaResource, DeltaResponse, Handled, RequestKind};
 use crate::nonce::Nonces;
 use crate::resource::{Resource, View};
 use crate::subscription::NameSet;
 use crate::substream::{Delta, Protocol, SubStream};
+use crate::text::Text;
 
 impl<R: Resource> SubStream<Delta, R> {
     /// A request that names nothing, of a sub-stream that took one before: an ACK, a NACK or
     /// an answer to an older response, classified by its nonce (rules S4, D1). Every request
     /// of a synced proxy is one (one per update): no name to admit, subscribe, force or forget.
-    pub(crate) fn answer(
-        &mut self,
-        nonce: &mut crate::Text,
-        error: Option<&crate::error::ErrorDetail>,
-    ) -> crate::message::RequestKind {
-        let kind = self.flow.classify(nonce, error, &mut crate::Text::new());
+    pub(crate) fn answer(&mut self, nonce: &mut Text, error: Option<&ErrorDetail>) -> RequestKind {
+        let kind = self.flow.classify(nonce, error, &mut Text::new());
         self.quiet_request = true;
         kind
     }
@@ -55,7 +53,7 @@ impl Protocol for Delta {
         request.unsubscribe = names.unsubscribe;
         request.initial_resource_versions = names.initial;
         let error = request.error_detail.as_ref();
-        let kind = sub.flow.classify(&mut request.response_nonce, error, &mut crate::Text::new());
+        let kind = sub.flow.classify(&mut request.response_nonce, error, &mut Text::new());
         let first = kind == RequestKind::Initial;
         let mut declared_names = Vec::new();
         if first {
@@ -166,13 +164,13 @@ impl Protocol for Delta {
     fn heartbeat<R: Resource>(
         _: &SubStream<Self, R>,
         held: Vec<R>,
-        nonce: crate::Text,
+        nonce: Text,
     ) -> DeltaResponse<R> {
         let resources = held
             .into_iter()
             .map(|resource| DeltaResource::Present { resource, aliases: Vec::new() });
         DeltaResponse {
-            system_version_info: crate::Text::new(),
+            system_version_info: Text::new(),
             nonce,
             resources: resources.collect(),
             shared: None,

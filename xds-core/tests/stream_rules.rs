@@ -89,6 +89,15 @@ impl<P: Protocol> Harness<P> {
         }
     }
 
+    fn per_type(t: T) -> Self {
+        let now = Instant::now();
+        Harness {
+            stream: Stream::per_type(&t, StreamConfig::default(), now),
+            world: World::default(),
+            now,
+        }
+    }
+
     fn request(&mut self, t: T, request: P::Request) {
         let admitted = self.stream.admit(Some("node"), t.type_url(), 0, self.now).unwrap();
         assert_eq!(admitted.type_url, t.type_url());
@@ -418,57 +427,141 @@ fn s06_a_round_found_quiet_is_the_round_that_reads_nothing() {
     assert!(!after_request(&mut quiet, &mut every), "the removals fall due");
 }
 
+/// Rule S6's quiet round on the other kinds of stream: a per-type delta stream (no rule O1 to
+/// wait for), SotW (an ACK that repeats its list), and a TTL heartbeat falling due, which a
+/// quiet round must not swallow.
+#[test]
+fn s06_a_round_found_quiet_on_per_type_and_sotw_streams_and_heartbeats() {
+    let mut h = Harness::<Delta>::per_type(T::Eds);
+    h.world.view(T::Eds).set("a", "1");
+    h.request(T::Eds, delta(&["a"], &[], ""));
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
+    ack(&mut h, T::Eds);
+    assert!(h.stream.views_unchanged_quietly(), "a synced client's ACK");
+    h.world.view(T::Eds).set("a", "2");
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]), "the saying was spent");
+    h.world.view(T::Eds).set("a", "3");
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![]), "in flight");
+    ack(&mut h, T::Eds);
+    assert!(!h.stream.views_unchanged_quietly(), "owed at the ACK");
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
+
+    let repeating = |version: &str, nonce: &str| {
+        let mut repeated = sotw(&[], version, nonce);
+        repeated.resource_names = SotwNames::Repeated;
+        repeated
+    };
+    let mut h = Harness::<Sotw>::ads();
+    h.world.view(T::Cds).set("a", "1");
+    h.world.view(T::Cds).set("b", "1");
+    h.request(T::Cds, sotw(&["a"], "", ""));
+    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
+    let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Cds).unwrap();
+    let version = sub.last_sent_version().unwrap().to_owned();
+    let nonce = sub.last_nonce().unwrap().to_owned();
+    h.request(T::Cds, repeating(&version, &nonce));
+    assert!(h.stream.views_unchanged_quietly(), "an ACK that repeats its list");
+    h.request(T::Cds, sotw(&["a", "b"], &version, &nonce));
+    assert!(!h.stream.views_unchanged_quietly(), "a name added");
+    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
+
+    let mut h = Harness::<Sotw>::ads();
+    h.world = ttl_world(Duration::from_secs(2));
+    h.request(T::Eds, sotw(&["a"], "", ""));
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
+    let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Eds).unwrap();
+    let version = sub.last_sent_version().unwrap().to_owned();
+    let nonce = sub.last_nonce().unwrap().to_owned();
+    h.request(T::Eds, repeating(&version, &nonce));
+    assert!(h.stream.views_unchanged_quietly(), "the ACK");
+    h.advance(Duration::from_secs(5));
+    h.stream.handle_timeout(h.now);
+    assert!(!h.stream.views_unchanged_quietly(), "a heartbeat due");
+    assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
+}
+
 /// A delta ACK read without being decoded is taken in as the request it stands for: the same
-/// events (an ACK with its latency, or a stale answer) and the same responses after it. A
-/// type the stream has not opened takes it as that request (its first).
+/// events (an ACK with its latency, or a stale answer), the same verdict on the round after it
+/// (`views_unchanged_quietly`: a change that found the response in flight is owed at the ACK,
+/// and must not be found quiet), and the same responses. A type the stream has not opened
+/// takes it as that request (its first).
 #[test]
 fn d01_an_ack_taken_without_its_request_is_the_request_taken() {
-    let (mut taken, mut requested) = (ads_with_two_clusters(), ads_with_two_clusters());
-    let take = |h: &mut Harness<Delta>, t: T, nonce: &str| {
-        h.stream.admit(Some("node"), t.type_url(), 0, h.now).unwrap();
-        h.stream.take_ack(&t, nonce.into(), h.now).unwrap();
-    };
-    let sent_nonce = |h: &Harness<Delta>, t: T| {
+    // One answer to `t`'s response of `nonce`, taken by each harness its own way.
+    fn answer(
+        taken: &mut Harness<Delta>,
+        requested: &mut Harness<Delta>,
+        t: T,
+        nonce: &str,
+    ) -> (Vec<Event<T>>, bool) {
+        for h in [&mut *taken, &mut *requested] {
+            h.advance(Duration::from_millis(3));
+        }
+        taken.stream.admit(Some("node"), t.type_url(), 0, taken.now).unwrap();
+        taken.stream.take_ack(&t, nonce.into(), taken.now).unwrap();
+        requested.request(t, delta(&[], &[], nonce));
+        let events = taken.events();
+        assert_eq!(events, requested.events());
+        let quiet = taken.stream.views_unchanged_quietly();
+        assert_eq!(quiet, requested.stream.views_unchanged_quietly(), "{t:?} {nonce}");
+        assert_eq!(round(taken), round(requested));
+        (events, quiet)
+    }
+    // A change to both, and the round it wakes (one, as a server's cache wakes one): the same
+    // responses.
+    fn change(taken: &mut Harness<Delta>, requested: &mut Harness<Delta>, f: &dyn Fn(&mut World)) {
+        let mut outs = Vec::new();
+        for h in [&mut *taken, &mut *requested] {
+            f(&mut h.world);
+            while let Some(r) = h.stream.next_read() {
+                let view = h.world.0.get(&r.type_key).map(|v| v as &dyn View<Resource = Res>);
+                h.stream.respond(&r, view, h.now);
+            }
+            let out: Vec<_> = std::iter::from_fn(|| h.stream.poll_ready()).collect();
+            assert_eq!(out.len(), 1, "{out:?}");
+            outs.push(format!("{out:?}"));
+        }
+        assert_eq!(outs[0], outs[1]);
+        assert_eq!(taken.events(), requested.events());
+    }
+    let sent = |h: &Harness<Delta>, t: T| {
         let sub = h.stream.sub_streams().find(|(k, _)| **k == t).map(|(_, s)| s);
         sub.and_then(|s| s.last_nonce()).unwrap().to_owned()
     };
-    let mut step = |change: &dyn Fn(&mut Harness<Delta>), t: T, stale: bool| {
-        change(&mut taken);
-        change(&mut requested);
-        let out = (taken.responses(), requested.responses());
-        assert_eq!(format!("{:?}", out.0), format!("{:?}", out.1));
-        assert_eq!(taken.events(), requested.events());
-        let mut nonce = sent_nonce(&taken, t);
-        if stale {
-            nonce = "1".into();
-        }
-        taken.advance(Duration::from_millis(3));
-        requested.advance(Duration::from_millis(3));
-        take(&mut taken, t, &nonce);
-        requested.request(t, delta(&[], &[], &nonce));
-        let events = (taken.events(), requested.events());
-        assert_eq!(events.0, events.1);
-        events.0
-    };
-    let acked = step(&|h| h.world.view(T::Lds).set("l", "2"), T::Lds, false);
+    let (mut taken, mut requested) = (ads_with_two_clusters(), ads_with_two_clusters());
+    assert_eq!(round(&mut taken), round(&mut requested));
+
+    change(&mut taken, &mut requested, &|w| w.view(T::Lds).set("l", "2"));
+    let nonce = sent(&taken, T::Lds);
+    let (acked, quiet) = answer(&mut taken, &mut requested, T::Lds, &nonce);
+    let latency = Some(Duration::from_millis(3));
     assert!(
-        matches!(&acked[..], [Event::Ack { type_key: T::Lds, latency: Some(l), .. }] if *l == Duration::from_millis(3)),
+        matches!(&acked[..], [Event::Ack { type_key: T::Lds, latency: l, .. }] if *l == latency),
         "{acked:?}"
     );
-    let stale = step(&|h| h.world.view(T::Cds).set("c3", "1"), T::Cds, true);
+    assert!(quiet, "a synced client's ACK");
+
+    change(&mut taken, &mut requested, &|w| w.view(T::Cds).set("c3", "1"));
+    let (stale, _) = answer(&mut taken, &mut requested, T::Cds, "1");
     assert!(matches!(&stale[..], [Event::Stale { type_key: T::Cds }]), "{stale:?}");
-    // Answered late, the response is ACKed.
-    let nonce = sent_nonce(&taken, T::Cds);
-    take(&mut taken, T::Cds, &nonce);
-    requested.request(T::Cds, delta(&[], &[], &nonce));
-    assert_eq!(taken.events(), requested.events());
+    let nonce = sent(&taken, T::Cds);
+    // The round after the stale answer found the response in flight: its ACK reads the type.
+    assert!(!answer(&mut taken, &mut requested, T::Cds, &nonce).1, "answered late");
+
+    // A change that finds the response in flight: owed at the ACK, sent by the round after it.
+    change(&mut taken, &mut requested, &|w| w.view(T::Cds).set("c3", "2"));
+    taken.world.view(T::Cds).set("c3", "3");
+    requested.world.view(T::Cds).set("c3", "3");
+    assert_eq!(round(&mut taken), (vec![T::Cds, T::Eds, T::Lds], vec![]), "in flight");
+    assert_eq!(round(&mut requested), (vec![T::Cds, T::Eds, T::Lds], vec![]));
+    let nonce = sent(&taken, T::Cds);
+    let (_, quiet) = answer(&mut taken, &mut requested, T::Cds, &nonce);
+    assert!(!quiet, "owed at the ACK");
+
     // A type not opened: the ACK is its first request (of the routes' type: it names nothing).
     taken.world.view(T::Rds).set("r", "1");
     requested.world.view(T::Rds).set("r", "1");
-    take(&mut taken, T::Rds, "9");
-    requested.request(T::Rds, delta(&[], &[], "9"));
-    assert_eq!(taken.events(), requested.events());
-    assert_eq!(format!("{:?}", taken.responses()), format!("{:?}", requested.responses()));
+    answer(&mut taken, &mut requested, T::Rds, "9");
 }
 
 /// Rule S6 on SotW: an ACK that repeats its list (a server recognises the list by its bytes)

@@ -655,6 +655,7 @@ impl<N, K: TypeKey, P: Protocol, R: Resource> Stream<N, K, P, R> {
     /// synced client's ACK. That round is then over already: the caller skips it and only takes
     /// the events. False leaves the next round to read the touched types, as
     /// `views_unchanged` does.
+    #[must_use = "a quiet round is spent: skip it; otherwise run it"]
     pub fn views_unchanged_quietly(&mut self) -> bool {
         let quiet = self.round.is_none()
             && self.ready.is_empty()

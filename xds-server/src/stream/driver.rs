@@ -430,8 +430,8 @@ impl<P: WireProtocol> Driver<P> {
             let timeout = lock(&self.state.core).poll_timeout();
             if poll_deadline(&mut self.timer, timeout, cx).is_ready() {
                 lock(&self.state.core).handle_timeout(Instant::now());
-                self.views_unchanged_unless_raised();
-                self.respond();
+                let quiet = self.views_unchanged_unless_raised();
+                self.answer(quiet);
                 continue;
             }
             // `ServerConfig::unserved_timeout`: the node's group serves it nothing.
@@ -473,9 +473,9 @@ impl<P: WireProtocol> Driver<P> {
         Ok(self.views_unchanged_unless_raised())
     }
 
-    /// What follows a request: the round of responses, unless it would read no view and owe
-    /// nothing (`quiet`, as after a synced client's ACK: every request of an update), when the
-    /// request's events are all there is to report.
+    /// What follows a request or a timer: the round of responses, unless it would read no view
+    /// and owe nothing (`quiet`, as after a synced client's ACK: every request of an update),
+    /// when the events are all there is to report.
     fn answer(&mut self, quiet: bool) {
         if quiet {
             self.report_events();
@@ -495,6 +495,7 @@ impl<P: WireProtocol> Driver<P> {
     ///
     /// True when the round would then read no view and owe nothing
     /// (`xds_core::Stream::views_unchanged_quietly`): it need not be run.
+    #[must_use = "a quiet round is skipped, not run"]
     fn views_unchanged_unless_raised(&mut self) -> bool {
         !self.signal.take() && lock(&self.state.core).views_unchanged_quietly()
     }
