@@ -114,6 +114,12 @@ impl<P: Protocol> Harness<P> {
         out
     }
 
+    /// The version and nonce of the latest response of `t`.
+    fn last_sent(&self, t: T) -> (String, String) {
+        let (_, sub) = self.stream.sub_streams().find(|(k, _)| **k == t).unwrap();
+        (sub.last_sent_version().unwrap().to_owned(), sub.last_nonce().unwrap().to_owned())
+    }
+
     fn events(&mut self) -> Vec<Event<T>> {
         std::iter::from_fn(|| self.stream.poll_event()).collect()
     }
@@ -331,9 +337,16 @@ fn round<P: Protocol>(h: &mut Harness<P>) -> (Vec<T>, Vec<T>) {
 
 /// ACKs the response of type `t` in flight.
 fn ack(h: &mut Harness<Delta>, t: T) {
-    let nonce = h.stream.sub_streams().find(|(k, _)| **k == t).and_then(|(_, s)| s.last_nonce());
-    let nonce = nonce.unwrap().to_owned();
+    let (_, nonce) = h.last_sent(t);
     h.request(t, delta(&[], &[], &nonce));
+}
+
+/// A SotW ACK of `version` and `nonce` that repeats the client's list, as a server that
+/// recognised the list by its bytes hands it to the core.
+fn sotw_repeating(version: &str, nonce: &str) -> xds_core::SotwRequest {
+    let mut repeated = sotw(&[], version, nonce);
+    repeated.resource_names = SotwNames::Repeated;
+    repeated
 }
 
 /// Woken by a request rather than by its cache, a server says so, and the round reads only the
@@ -446,20 +459,13 @@ fn s06_a_round_found_quiet_on_per_type_and_sotw_streams_and_heartbeats() {
     assert!(!h.stream.views_unchanged_quietly(), "owed at the ACK");
     assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
 
-    let repeating = |version: &str, nonce: &str| {
-        let mut repeated = sotw(&[], version, nonce);
-        repeated.resource_names = SotwNames::Repeated;
-        repeated
-    };
     let mut h = Harness::<Sotw>::ads();
     h.world.view(T::Cds).set("a", "1");
     h.world.view(T::Cds).set("b", "1");
     h.request(T::Cds, sotw(&["a"], "", ""));
     assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
-    let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Cds).unwrap();
-    let version = sub.last_sent_version().unwrap().to_owned();
-    let nonce = sub.last_nonce().unwrap().to_owned();
-    h.request(T::Cds, repeating(&version, &nonce));
+    let (version, nonce) = h.last_sent(T::Cds);
+    h.request(T::Cds, sotw_repeating(&version, &nonce));
     assert!(h.stream.views_unchanged_quietly(), "an ACK that repeats its list");
     h.request(T::Cds, sotw(&["a", "b"], &version, &nonce));
     assert!(!h.stream.views_unchanged_quietly(), "a name added");
@@ -469,10 +475,8 @@ fn s06_a_round_found_quiet_on_per_type_and_sotw_streams_and_heartbeats() {
     h.world = ttl_world(Duration::from_secs(2));
     h.request(T::Eds, sotw(&["a"], "", ""));
     assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
-    let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Eds).unwrap();
-    let version = sub.last_sent_version().unwrap().to_owned();
-    let nonce = sub.last_nonce().unwrap().to_owned();
-    h.request(T::Eds, repeating(&version, &nonce));
+    let (version, nonce) = h.last_sent(T::Eds);
+    h.request(T::Eds, sotw_repeating(&version, &nonce));
     assert!(h.stream.views_unchanged_quietly(), "the ACK");
     h.advance(Duration::from_secs(5));
     h.stream.handle_timeout(h.now);
@@ -524,10 +528,7 @@ fn d01_an_ack_taken_without_its_request_is_the_request_taken() {
         assert_eq!(outs[0], outs[1]);
         assert_eq!(taken.events(), requested.events());
     }
-    let sent = |h: &Harness<Delta>, t: T| {
-        let sub = h.stream.sub_streams().find(|(k, _)| **k == t).map(|(_, s)| s);
-        sub.and_then(|s| s.last_nonce()).unwrap().to_owned()
-    };
+    let sent = |h: &Harness<Delta>, t: T| h.last_sent(t).1;
     let (mut taken, mut requested) = (ads_with_two_clusters(), ads_with_two_clusters());
     assert_eq!(round(&mut taken), round(&mut requested));
 
@@ -574,14 +575,8 @@ fn s06_a_sotw_ack_that_repeats_its_list_owes_nothing() {
     h.world.view(T::Cds).set("b", "1");
     h.request(T::Cds, sotw(&["a"], "", ""));
     assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
-    let last = |h: &Harness<Sotw>| {
-        let (_, sub) = h.stream.sub_streams().find(|(t, _)| **t == T::Cds).unwrap();
-        (sub.last_sent_version().unwrap().to_owned(), sub.last_nonce().unwrap().to_owned())
-    };
-    let (version, nonce) = last(&h);
-    let mut repeated = sotw(&[], &version, &nonce);
-    repeated.resource_names = SotwNames::Repeated;
-    h.request(T::Cds, repeated);
+    let (version, nonce) = h.last_sent(T::Cds);
+    h.request(T::Cds, sotw_repeating(&version, &nonce));
     h.stream.views_unchanged();
     assert_eq!(round(&mut h), (vec![], vec![]), "an ACK alone");
     h.request(T::Cds, sotw(&["a", "b"], &version, &nonce));
