@@ -153,9 +153,11 @@ pub struct SotwResponse<R> {
     pub resources: Vec<R>,
     /// Every resource of this set is sent too, before `resources` (no name is in both): the
     /// response of a client that gets all of a view's shared set, as every joining client of a
-    /// wildcard or of every name does, and every response of a full-state type (rule S11) to a
-    /// wildcard client. A thousand such clients then share one set where each had a list of ten
-    /// thousand handles, and the transport can encode the set once for all of them (see
+    /// wildcard or of every name does, every response of a full-state type (rule S11) to a
+    /// wildcard client, and an update's change to every client that takes one step (clients of
+    /// one shared set and subscription: the step's change is a set of its own). A thousand such
+    /// clients then share one set where each had a list of its handles, and the transport can
+    /// encode the set once for all of them (see
     /// [`ResourceSet::memo`](crate::ResourceSet::memo)). [`into_listed`](Self::into_listed)
     /// makes it one list.
     pub shared: Option<crate::ResourceSet<R>>,

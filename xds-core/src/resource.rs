@@ -444,7 +444,8 @@ impl<R: Resource> ResourceSet<R> {
     ///
     /// A response may carry a whole set (`shared` in [`SotwResponse`](crate::SotwResponse) and
     /// [`DeltaResponse`](crate::DeltaResponse)): in a reconnection storm every joining client of
-    /// a view gets the same set. A transport keeps here what it derives from the set for all of
+    /// a view gets the same set, and at an update every client that takes one step (clients
+    /// of one shared set and subscription) the same set of what changed. A transport keeps here what it derives from the set for all of
     /// them (the server: its encoding, built once per set instead of once per client). The core
     /// neither reads nor writes it.
     pub fn memo<T: std::any::Any + Send + Sync + Default>(&self) -> Option<&T> {

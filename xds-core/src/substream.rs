@@ -224,7 +224,9 @@ impl<P: Protocol, R: Resource> SubStream<P, R> {
     /// Lets responses that send all of a view's set carry it whole, in their `shared` field
     /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)), instead of a handle per
     /// resource in `resources`: for a caller that writes `shared` (the server encodes such a set
-    /// once for every client it goes to). Off by default.
+    /// once for every client it goes to). An update's change that many clients take as one step
+    /// comes as a set in `shared` too: `shared` is a set of resources to send, not always the
+    /// view's. Off by default.
     pub fn share_sets(&mut self, on: bool) {
         self.shared_sets = on;
     }

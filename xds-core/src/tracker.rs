@@ -135,6 +135,22 @@ impl<R: Clone> Clone for Diff<R> {
 }
 
 impl<R: Resource> Diff<R> {
+    /// The same diff with what it sends as one shared set, sent whole (`whole`), for a step
+    /// every client of a base takes: their responses then carry one set between them, which a
+    /// transport makes its wire form of once ([`ResourceSet::memo`]), as it does for a view's
+    /// set sent whole to joining clients. Unchanged when it sends a whole set already or
+    /// an entry with aliases (a set's entries have none).
+    fn into_shared(mut self) -> Self {
+        if self.whole.is_none()
+            && !self.send.is_empty()
+            && self.send.iter().all(|(_, aliases)| aliases.is_empty())
+        {
+            let resources = std::mem::take(&mut self.send).into_iter().map(|(r, _)| r);
+            self.whole = Some(ResourceSet::new(resources.collect()));
+        }
+        self
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.whole.as_ref().is_none_or(ResourceSet::is_empty)
             && self.send.is_empty()
@@ -784,6 +800,9 @@ impl<R: Resource> Tracker<R> {
         view: &V,
         removals: Removals,
     ) -> (Diff<R>, Commit<R>) {
+        if let Some(taken) = self.take_step(sub, traits, view, removals) {
+            return taken;
+        }
         // What changed since the last comparison, if the view can tell: asked once, here.
         let changed = self.synced.and_then(|revision| {
             let mut names = ChangedNames::new();
@@ -860,6 +879,7 @@ impl<R: Resource> Tracker<R> {
             && !diff.answer_owed
             && base.holders() > 1
         {
+            let diff = diff.into_shared();
             base.step().keep(Step {
                 next: next.downgrade(),
                 from,
@@ -869,8 +889,43 @@ impl<R: Resource> Tracker<R> {
                 traits,
                 diff: Arc::new(diff.clone()),
             });
+            return (diff, commit);
         }
         (diff, commit)
+    }
+
+    /// The comparison another client of this base made in this very state, if one did and
+    /// this client may take it before anything else is looked at: it subscribes to no glob
+    /// collection, which a change reported by the view would make it look at again for itself
+    /// (rule C4), so what changed need not be asked (a lookup in the view's log of changes and
+    /// a copy of the names, for every client of an update). Only where a step can be kept: its
+    /// base has other holders (a client that is the only one of its base, as with a snapshot
+    /// per node, asks nothing more here), and the view's next set is at hand.
+    fn take_step<V: View<Resource = R> + ?Sized>(
+        &self,
+        sub: &Subscription,
+        traits: TypeTraits,
+        view: &V,
+        removals: Removals,
+    ) -> Option<(Diff<R>, Commit<R>)> {
+        let (Some(base), Some(from)) = (&self.base, self.synced) else { return None };
+        let revision = view.revision();
+        // At the revision it compared, the view has nothing new: that is the comparison that
+        // looks nothing up, not even the set.
+        if revision == from
+            || !sub.globs().is_empty()
+            || !self.takes_steps(traits)
+            || base.holders() <= 1
+        {
+            return None;
+        }
+        // No set is built here: a client that takes steps holds no exception, so it would
+        // not ask for one either (`wants_base`).
+        let next = view.built_resource_set().filter(|set| !set.any_ttl())?;
+        let diff = base.step().take(&next, (from, revision), sub, removals, traits)?;
+        let mut commit = Commit::unchanged(revision);
+        commit.base = Some(next);
+        Some((diff, commit))
     }
 
     /// Whether this client holds exactly its base and owes nothing of its own, so that what a
@@ -947,9 +1002,18 @@ impl<R: Resource> Tracker<R> {
                 Holding::Unhold(name) => self.unhold(&name, sub),
             }
         }
-        self.deferred = deferred;
-        self.forced.clear();
-        self.forced_globs.clear();
+        // Each set written only if it holds or will hold something: an update's commit (a
+        // client moving to the next set) has nothing in any of them, and a set's clearing and
+        // dropping go through its iterator even when it is empty.
+        if !(deferred.is_empty() && self.deferred.is_empty()) {
+            self.deferred = deferred;
+        }
+        if !self.forced.is_empty() {
+            self.forced.clear();
+        }
+        if !self.forced_globs.is_empty() {
+            self.forced_globs.clear();
+        }
         if sub.is_empty() && self.holds_nothing() {
             // Nothing to compare, nothing to base (a first poll before the names arrive): the
             // names, when they come, are compared in one pass as a joining client's are.
@@ -1440,6 +1504,8 @@ mod tests {
         gets: std::cell::Cell<usize>,
         /// How many times the set was asked for (built or not).
         asks: std::cell::Cell<usize>,
+        /// How many times what changed was asked for.
+        changes_asked: std::cell::Cell<usize>,
     }
 
     impl Shared {
@@ -1469,6 +1535,7 @@ mod tests {
             self.resources.values().for_each(f);
         }
         fn changed_since(&self, revision: u64, f: &mut dyn FnMut(&str)) -> bool {
+            self.changes_asked.set(self.changes_asked.get() + 1);
             self.log.iter().filter(|(r, _)| *r > revision).for_each(|(_, n)| f(n));
             true
         }
@@ -1808,6 +1875,64 @@ mod tests {
                 .chain(s.subscription.has_name("later").then_some(("later", None)))
                 .collect();
             assert_eq!(held, expected);
+        }
+    }
+
+    /// The change a step sends goes to every client of the step as one set sent whole, the
+    /// client that made the step included: their responses carry one set between them, which a
+    /// transport makes its wire form of once ([`ResourceSet::memo`]). A client that does not
+    /// write shared sets is sent the same as a list, and a client that compares for itself
+    /// (here one with a name of its own) is sent the change in its own list.
+    #[test]
+    fn clients_of_one_step_are_sent_one_set_between_them() {
+        let mut view = clusters(1_000);
+        view.lazy = true;
+        let mut n = Nonces::new();
+        let mut clients: Vec<DeltaSubStream<Res>> = (0..4)
+            .map(|i| {
+                let mut s = SubStream::new(CDS);
+                s.share_sets(i != 2);
+                let names: &[&str] = if i == 3 { &["*", "later"] } else { &["*"] };
+                let _ = s.handle_request(request(names, &[], ""));
+                let _ = exchange(&mut s, &view, &mut n);
+                s
+            })
+            .collect();
+        let before = steps_taken();
+        view.set("cluster-00007", "2");
+        let _ = view.resource_set();
+        let asked = view.changes_asked.get();
+        let responses: Vec<crate::DeltaResponse<Res>> = clients
+            .iter_mut()
+            .map(|s| s.poll_response(&view, &mut n).expect("the change"))
+            .collect();
+        assert_eq!(steps_taken() - before, 2, "the second and third take the first's step");
+        assert_eq!(
+            view.changes_asked.get() - asked,
+            2,
+            "a client that takes a step does not ask what changed; the two that compare do"
+        );
+        let names = |set: &ResourceSet<Res>| -> Vec<String> {
+            set.iter().map(|r| format!("{}@{}", r.name(), r.version())).collect()
+        };
+        let (first, second) = (&responses[0], &responses[1]);
+        let set = first.shared.as_ref().expect("the step's change, sent whole");
+        assert_eq!(names(set), ["cluster-00007@2"]);
+        assert!(first.resources.is_empty() && second.resources.is_empty());
+        assert!(second.shared.as_ref().is_some_and(|s| s.ptr_eq(set)), "one set for both");
+        for listed in &responses[2..] {
+            assert!(listed.shared.is_none());
+            let sent: Vec<(&str, &str)> = listed
+                .resources
+                .iter()
+                .map(|e| match e {
+                    DeltaResource::Present { resource, .. } => {
+                        (resource.name(), resource.version())
+                    }
+                    DeltaResource::Absent { name, .. } => (name.as_str(), "absent"),
+                })
+                .collect();
+            assert_eq!(sent, [("cluster-00007", "2")]);
         }
     }
 

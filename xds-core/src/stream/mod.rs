@@ -65,8 +65,10 @@ pub struct StreamConfig {
     /// Whether the caller writes a response's `shared` set
     /// ([`DeltaResponse::shared`](crate::DeltaResponse::shared)): then a response that sends all
     /// of a view's set (a joining client's, or a full-state SotW wildcard client's) carries the
-    /// set whole, which the caller can encode once for every client it goes to. Off, every
-    /// response lists each of its resources, as a caller unaware of `shared` expects.
+    /// set whole, and so does a response that sends the change of a step many clients take (an
+    /// update's, to clients of one shared set: the set is then the change, not the view), which
+    /// the caller can encode once for every client it goes to. Off, every response lists each
+    /// of its resources, as a caller unaware of `shared` expects.
     pub shared_sets: bool,
 }
 

@@ -2,6 +2,7 @@
 //! the set writes them, made once for all of those responses, and the few a server used last.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
@@ -110,6 +111,10 @@ pub(super) const RECENT: usize = 8;
 /// How many bytes of encodings [`RECENT`] may keep at most (the newest is kept whatever its size).
 const RECENT_BYTES: usize = 64 << 20;
 
+/// Encodings below this size (a few resources: an update's change) are kept, [`RECENT`] of them,
+/// apart from the larger ones, and do not count in [`RECENT_BYTES`].
+const SMALL: usize = 64 << 10;
+
 /// The set encodings one server used last, newest first, kept alive so that joiners of one view
 /// in a storm, who come one after another through the join gate, reuse one encoding instead of
 /// each making it again in the moment between two of them when no response holds it (measured:
@@ -120,6 +125,12 @@ const RECENT_BYTES: usize = 64 << 20;
 #[derive(Default)]
 pub(crate) struct RecentEncodings {
     recent: Mutex<VecDeque<Arc<Encoded>>>,
+    /// The address of the newest of `recent`, written under its lock: the encoding used last
+    /// is most often the one used again (an update's change, the same set for every client of
+    /// it), and is then known newest with no lock taken, a line every worker writes. Compared,
+    /// never read through: while it is the newest, `recent` holds it, so no other encoding
+    /// can have its address.
+    newest: std::sync::atomic::AtomicPtr<Encoded>,
     /// Buffers of encodings no longer used, for the next ones.
     buffers: Arc<Buffers>,
 }
@@ -127,23 +138,38 @@ pub(crate) struct RecentEncodings {
 impl RecentEncodings {
     /// Marks `encoded` as used now, and lets go of what falls out.
     fn keep(&self, encoded: &Arc<Encoded>) {
+        let address = Arc::as_ptr(encoded).cast_mut();
+        if self.newest.load(Ordering::Acquire) == address {
+            return;
+        }
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         if recent.front().is_some_and(|e| Arc::ptr_eq(e, encoded)) {
             return;
         }
         recent.retain(|e| !Arc::ptr_eq(e, encoded));
         recent.push_front(encoded.clone());
-        let mut bytes = 0;
-        let mut keep = 0;
-        for e in recent.iter() {
-            bytes += e.entries.capacity();
-            if keep > 0 && (keep == RECENT || bytes > RECENT_BYTES) {
-                break;
-            }
-            keep += 1;
+        self.newest.store(address, Ordering::Release);
+        // Small and large encodings are kept in counts of their own: every update's change is
+        // a small set of its own (a step's), and they would push out, a few updates into a
+        // storm, the large encoding of the view's set that the storm's joiners share.
+        let (mut small, mut large, mut bytes) = (0, 0, 0);
+        let mut kept = VecDeque::with_capacity(recent.len());
+        let mut dropped = Vec::new();
+        for (i, e) in recent.drain(..).enumerate() {
+            let size = e.entries.capacity();
+            let keep = if size < SMALL {
+                small += 1;
+                small <= RECENT
+            } else {
+                large += 1;
+                bytes += size;
+                large <= RECENT && bytes <= RECENT_BYTES
+            };
+            // The newest is kept whatever its size.
+            if keep || i == 0 { kept.push_back(e) } else { dropped.push(e) }
         }
+        *recent = kept;
         // Dropped after the lock: freeing megabytes need not hold up other streams.
-        let dropped: Vec<_> = recent.drain(keep..).collect();
         drop(recent);
         drop(dropped);
     }
@@ -314,6 +340,46 @@ mod tests {
         assert!(small.entries.capacity() < SPARE_MIN);
         drop(small);
         assert_eq!(buffers.spare_capacities(), [SPARE_MIN]);
+    }
+
+    /// The encodings a server used last: the newest first, known without a lock once it is;
+    /// small ones (an update's change) kept apart from large ones (a view's set that a storm's
+    /// joiners share), which they do not push out.
+    #[test]
+    fn recent_encodings_keep_the_newest_and_small_ones_apart() {
+        let recent = RecentEncodings::default();
+        let encoded =
+            |set: &ResourceSet<EncodedResource>| Arc::new(encode_set(set, SetVariant::Delta, None));
+        let view = encoded(&set("view", 600));
+        assert!(view.entries.capacity() >= SMALL);
+        let changes: Vec<_> = (0..RECENT + 2).map(|i| encoded(&set(&format!("c{i}"), 1))).collect();
+        let front = |recent: &RecentEncodings| {
+            let list = recent.recent.lock().unwrap();
+            list.iter().map(Arc::as_ptr).collect::<Vec<_>>()
+        };
+        recent.keep(&view);
+        recent.keep(&changes[0]);
+        recent.keep(&view);
+        assert_eq!(
+            front(&recent),
+            [Arc::as_ptr(&view), Arc::as_ptr(&changes[0])],
+            "used again: first"
+        );
+        recent.keep(&view);
+        assert_eq!(front(&recent).len(), 2, "the newest kept again: nothing moves");
+        for change in &changes {
+            recent.keep(change);
+        }
+        let kept = front(&recent);
+        assert!(kept.contains(&Arc::as_ptr(&view)), "small encodings push out no large one");
+        assert_eq!(kept.len(), RECENT + 1, "RECENT small ones and the large one");
+        assert_eq!(kept[0], Arc::as_ptr(&changes[RECENT + 1]));
+        assert!(!kept.contains(&Arc::as_ptr(&changes[0])), "the oldest small ones went");
+        let larger: Vec<_> = (0..RECENT).map(|i| encoded(&set(&format!("v{i}"), 600))).collect();
+        for view in &larger {
+            recent.keep(view);
+        }
+        assert!(!front(&recent).contains(&Arc::as_ptr(&view)), "large ones push out large ones");
     }
 
     /// The spare buffers stay within their count and their bytes; the smallest go first.

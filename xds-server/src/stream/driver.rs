@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 use tokio::time::{Sleep, sleep_until};
 
 use futures_util::Stream;
+use smallvec::SmallVec;
 use tonic::Status;
 
 use crate::codec::decode::Requests;
@@ -53,6 +54,7 @@ use xds_proto::{ResourceType, TypeUrl};
 use super::gate::{Join, Lane};
 use super::protocol::{CoreStream, Wanted, WireProtocol, fill_status};
 use super::report::{deliver, record};
+use super::woken::Filtered;
 use crate::authz::{Access, Entry, Peer};
 use crate::callbacks::StreamInfo;
 use crate::metrics::StreamCounters;
@@ -151,6 +153,8 @@ struct Driver<P: WireProtocol> {
     watches: Watches,
     signal: Arc<Signal>,
     requests: Requests<P::WireRequest>,
+    /// The request stream is looked at only when it woke the stream (see [`Filtered`]).
+    requests_woke: Filtered,
     /// Responses to write, each with whether it carries resources: at most one per type per wake
     /// (the core keeps one in flight per type).
     outbox: VecDeque<(P::Wire, bool)>,
@@ -167,6 +171,11 @@ struct Driver<P: WireProtocol> {
     waiting: Option<(PermitFuture, AfterPermit<P::WireRequest>)>,
     /// The core's timer (TTL heartbeats), while it names a time.
     timer: Option<Pin<Box<Sleep>>>,
+    /// When the core's timer is next due ([`xds_core::Stream::poll_timeout`]), read with the
+    /// events: every turn that changes the core (a request, a round, a timeout) ends in
+    /// [`report_events`](Self::report_events), and only a change of the core moves the time.
+    /// The loop's turns that find nothing to do (most of them) then take no lock for it.
+    timeout: Option<Instant>,
     /// The unserved deadline's timer, while there is one.
     give_up: Option<Pin<Box<Sleep>>>,
     /// Its handles on the server's counters of its types, counted without a lock.
@@ -220,6 +229,7 @@ pub(crate) fn open<P: WireProtocol>(
         watches: Watches::default(),
         signal,
         requests: request.into_inner(),
+        requests_woke: Filtered::new(),
         outbox: VecDeque::new(),
         status,
         done: false,
@@ -228,6 +238,7 @@ pub(crate) fn open<P: WireProtocol>(
         unserved_since: None,
         waiting: None,
         timer: None,
+        timeout: None,
         give_up: None,
         counters: StreamCounters::default(),
         peer: Peer { remote_addr: info.remote_addr, certificates: info.peer_certificates.clone() },
@@ -393,7 +404,8 @@ impl<P: WireProtocol> Driver<P> {
             if self.join.drained() {
                 self.permit = None;
             }
-            match self.requests.poll_message(cx) {
+            let requests = &mut self.requests;
+            match self.requests_woke.poll(cx, |cx| requests.poll_message(cx)) {
                 Poll::Ready(Ok(Some(request))) => {
                     if let Some(lane) = self.join.first_request(P::resumes(&request))
                         && let Some(wait) = self.permit_wait(lane)
@@ -427,8 +439,7 @@ impl<P: WireProtocol> Driver<P> {
             }
             // The core's timer (TTL heartbeats). It names no time while a response awaits its
             // ACK, so a client that does not answer cannot make this loop spin.
-            let timeout = lock(&self.state.core).poll_timeout();
-            if poll_deadline(&mut self.timer, timeout, cx).is_ready() {
+            if poll_deadline(&mut self.timer, self.timeout, cx).is_ready() {
                 lock(&self.state.core).handle_timeout(Instant::now());
                 let quiet = self.views_unchanged_unless_raised();
                 self.answer(quiet);
@@ -847,22 +858,29 @@ impl<P: WireProtocol> Driver<P> {
     }
 
     /// Reports the core's events: status and metrics, then the callbacks with no lock held.
+    /// Also reads when the core's timer is next due: this ends every turn that changed the
+    /// core (see [`timeout`](Self::timeout)).
     fn report_events(&mut self) {
-        // The user's callbacks get the events together, with no lock held; the default ones
-        // none (and then nothing is kept).
-        let mut delivered = Vec::new();
-        loop {
-            let event = lock(&self.state.core).poll_event();
-            let Some(event) = event else { break };
-            self.report(&event);
-            if self.shared.custom_callbacks {
-                delivered.push(event);
+        // Taken under one lock: a round brings one event, an ACK one. In place while they are
+        // few: a list of them would be an allocation per turn, or room kept by every stream.
+        let mut events: SmallVec<[xds_core::Event<TypeUrl>; 2]> = SmallVec::new();
+        {
+            let mut core = lock(&self.state.core);
+            while let Some(event) = core.poll_event() {
+                events.push(event);
             }
+            self.timeout = core.poll_timeout();
         }
-        deliver(&self.shared, &self.info, &delivered);
+        for event in &events {
+            self.report(event);
+        }
+        // The user's callbacks get the events together, with no lock held.
+        deliver(&self.shared, &self.info, &events);
     }
 
-    /// Reports one of the core's events to the join gate, the stream's status and the metrics.
+    /// Reports one of the core's events to the join gate, the stream's status and the metrics,
+    /// each in its order: a NACK asks for the node's group again, and the history shows that
+    /// after what came before it.
     fn report(&mut self, event: &xds_core::Event<TypeUrl>) {
         match event {
             xds_core::Event::Sent { type_key, .. } => self.join.sent(type_key.clone()),

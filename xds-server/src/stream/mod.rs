@@ -6,6 +6,7 @@ mod gate;
 mod permits;
 mod protocol;
 mod report;
+mod woken;
 
 pub(crate) use driver::ResponseStream;
 pub(crate) use driver::open;
