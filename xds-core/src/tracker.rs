@@ -118,6 +118,17 @@ impl<R> Default for Diff<R> {
 /// in place, and the lists, empty then, are made without a look at their contents.
 impl<R: Clone> Clone for Diff<R> {
     fn clone(&self) -> Self {
+        if self.send.is_empty() && self.absent.is_empty() && self.removed.is_empty() {
+            // A step's change as one set (`into_shared`): a handle, and nothing else to look at.
+            return Diff {
+                whole: self.whole.clone(),
+                send: Sends::new(),
+                removed: Vec::new(),
+                absent: Vec::new(),
+                recheck: self.recheck.clone(),
+                answer_owed: self.answer_owed,
+            };
+        }
         let copy = |list: &Vec<String>| if list.is_empty() { Vec::new() } else { list.clone() };
         let send = match &self.send[..] {
             [(r, aliases)] => smallvec::smallvec![(r.clone(), copy(aliases))],

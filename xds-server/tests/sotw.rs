@@ -110,8 +110,9 @@ async fn s04_ack_records_the_acked_version() {
     assert_eq!(sotw_names(&r1), ["a", "b"]);
     assert!(!r1.nonce.is_empty() && !r1.version_info.is_empty());
     // The ACK comes a while after the response: the status's last request is the ACK's (an
-    // ACK that changes no name is reported without a request event of its own).
-    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    // ACK that changes no name is reported without a request event of its own). Long enough
+    // for the status's coarse clock (a kernel tick, up to 10 ms) to tell the two apart.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     ads.ack(&r1).await;
     eventually("the ACK in the status", || {
         type_status(&t.server, "n1", CDS).and_then(|s| s.acked_version)
