@@ -483,18 +483,24 @@ impl std::fmt::Debug for StatusRegistry {
 
 /// The wall clock in milliseconds since the Unix epoch, for the status's and the history's
 /// times. Read twice for every client at every update (its response, its ACK): on Linux from the
-/// kernel's coarse clock (`CLOCK_REALTIME_COARSE`, updated every tick, 1 to 4 ms: finer than any
-/// of these times needs), which the vDSO reads with no counter and no conversion; the precise
-/// clock and its `Duration` arithmetic were 2 % of callgrind's cycle estimate per client and
-/// update (docs/benchmarks.md).
+/// kernel's coarse clock (`CLOCK_REALTIME_COARSE`, updated every tick, 1 to 10 ms: finer than
+/// any of these times needs), which the vDSO reads with no counter and no conversion; the
+/// precise clock's conversion to milliseconds was 1.2 % of callgrind's cycle estimate per
+/// client and update (docs/benchmarks.md). Elsewhere, or if the call fails, the precise clock.
 pub(crate) fn now_ms() -> u64 {
     #[cfg(target_os = "linux")]
     {
-        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `now` is a valid timespec to write into.
-        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) } == 0 {
-            let ms = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000_000;
-            return u64::try_from(now.tv_sec).unwrap_or(0).saturating_mul(1_000) + ms;
+        // Not a struct literal: some 32-bit targets' `timespec` has a private padding field.
+        let mut now = std::mem::MaybeUninit::<libc::timespec>::uninit();
+        // SAFETY: `now` is a valid timespec to write into; it is read only once written.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, now.as_mut_ptr()) } == 0 {
+            // SAFETY: written by the successful call.
+            let now = unsafe { now.assume_init() };
+            if let (Ok(seconds), Ok(nanos)) =
+                (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec))
+            {
+                return seconds.saturating_mul(1_000).saturating_add(nanos / 1_000_000);
+            }
         }
     }
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -743,8 +749,9 @@ mod tests {
         log.to_vec().pop().unwrap().what
     }
 
-    /// The status's clock (the kernel's coarse one, on Linux) is the wall clock, within its
-    /// tick, and does not go back between two reads.
+    /// The status's clock (the kernel's coarse one, on Linux) is the wall clock: never ahead of
+    /// the precise one, and behind it by a tick or so (a second allows for a VM whose ticks
+    /// stall), and it does not go back between two reads.
     #[test]
     fn the_status_clock_is_the_wall_clock_within_a_tick() {
         let precise = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
@@ -752,7 +759,7 @@ mod tests {
             let before = precise();
             let coarse = now_ms();
             let after = precise();
-            assert!(coarse + 20 >= before && coarse <= after, "{before} <= {coarse} <= {after}");
+            assert!(coarse + 1_000 >= before && coarse <= after, "{before} <= {coarse} <= {after}");
             assert!(now_ms() >= coarse);
         }
     }

@@ -105,7 +105,8 @@ pub(super) fn encoded_set(
     Some(EncodedSet { bytes: Bytes::from_owner(Owner(encoded)), body_bytes })
 }
 
-/// How many of the set encodings a server used last are kept alive beyond their responses.
+/// How many of the set encodings a server used last are kept alive beyond their responses: so
+/// many of [`SMALL`] or more, and so many smaller ones.
 pub(super) const RECENT: usize = 8;
 
 /// How many bytes of encodings [`RECENT`] may keep at most (the newest is kept whatever its size).

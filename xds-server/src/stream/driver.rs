@@ -152,9 +152,8 @@ struct Driver<P: WireProtocol> {
     state: Arc<Shareable<P>>,
     watches: Watches,
     signal: Arc<Signal>,
-    requests: Requests<P::WireRequest>,
-    /// The request stream is looked at only when it woke the stream (see [`Filtered`]).
-    requests_woke: Filtered,
+    /// The request stream, looked at only when it woke the stream (see [`Filtered`]).
+    requests: Filtered<Requests<P::WireRequest>>,
     /// Responses to write, each with whether it carries resources: at most one per type per wake
     /// (the core keeps one in flight per type).
     outbox: VecDeque<(P::Wire, bool)>,
@@ -228,8 +227,7 @@ pub(crate) fn open<P: WireProtocol>(
         }),
         watches: Watches::default(),
         signal,
-        requests: request.into_inner(),
-        requests_woke: Filtered::new(),
+        requests: Filtered::new(request.into_inner()),
         outbox: VecDeque::new(),
         status,
         done: false,
@@ -407,8 +405,7 @@ impl<P: WireProtocol> Driver<P> {
             if self.join.drained() {
                 self.permit = None;
             }
-            let requests = &mut self.requests;
-            match self.requests_woke.poll(cx, |cx| requests.poll_message(cx)) {
+            match self.requests.poll(cx, |requests, cx| requests.poll_message(cx)) {
                 Poll::Ready(Ok(Some(request))) => {
                     if let Some(lane) = self.join.first_request(P::resumes(&request))
                         && let Some(wait) = self.permit_wait(lane)

@@ -15,8 +15,10 @@ use futures_util::task::AtomicWaker;
 /// task takes too, under three layers of body. A synced client's update turned the loop four
 /// times (the cache's wake, the response's, the ACK's, the ACK's taking) and looked at the
 /// request stream at each: three of the four found nothing. The source is polled with a waker
-/// of its own, which marks it woken before it wakes the task.
-pub(super) struct Filtered {
+/// of its own, which marks it woken before it wakes the task. The source is owned here, so that
+/// nothing polls it another way (a poll with the task's own waker would leave it unmarked).
+pub(super) struct Filtered<S> {
+    source: S,
     woken: Arc<Woken>,
     /// `woken` as a waker, made once.
     waker: Waker,
@@ -39,31 +41,31 @@ impl Wake for Woken {
     }
 }
 
-impl Filtered {
-    /// A source polled at the first turn.
-    pub(super) fn new() -> Self {
+impl<S> Filtered<S> {
+    /// `source`, polled at the first turn.
+    pub(super) fn new(source: S) -> Self {
         let woken = Arc::new(Woken { flag: AtomicBool::new(true), task: AtomicWaker::new() });
         let waker = Waker::from(woken.clone());
-        Filtered { woken, waker }
+        Filtered { source, woken, waker }
     }
 
-    /// `poll` with the source's waker, if the source woke the task since it last answered
-    /// `Pending`; else `Pending` at once. A source that answered `Ready` is polled through at
-    /// the next turn, as it may have more at hand without a wake.
+    /// `poll` of the source with its own waker, if the source woke the task since it last
+    /// answered `Pending`; else `Pending` at once. A source that answered `Ready` is polled
+    /// through at the next turn, as it may have more at hand without a wake.
     ///
     /// Sound because a source that answers `Pending` has arranged a wake of the waker it was
     /// given (the contract of `Pending`): that wake marks it.
     pub(super) fn poll<T>(
-        &self,
+        &mut self,
         cx: &mut Context<'_>,
-        poll: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+        poll: impl FnOnce(&mut S, &mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
         // Registered before the mark is read: a wake between the two wakes this task.
         self.woken.task.register(cx.waker());
         if !self.woken.flag.swap(false, Ordering::AcqRel) {
             return Poll::Pending;
         }
-        let polled = poll(&mut Context::from_waker(&self.waker));
+        let polled = poll(&mut self.source, &mut Context::from_waker(&self.waker));
         if polled.is_ready() {
             self.woken.flag.store(true, Ordering::Release);
         }
@@ -120,12 +122,12 @@ mod tests {
     /// taken, and every wake of the source reaches the task.
     #[test]
     fn a_source_is_polled_when_it_woke_the_task_or_had_something() {
-        let source = Source::default();
+        let source = Arc::new(Source::default());
         let task = Arc::new(Task::default());
         let task_waker = Waker::from(task.clone());
         let mut cx = Context::from_waker(&task_waker);
-        let filtered = Filtered::new();
-        let mut poll = || filtered.poll(&mut cx, |cx| source.poll(cx));
+        let mut filtered = Filtered::new(source.clone());
+        let mut poll = || filtered.poll(&mut cx, |source, cx| source.poll(cx));
         let polls = || source.polls.load(Ordering::Relaxed);
 
         assert_eq!(poll(), Poll::Pending, "the first turn looks");
