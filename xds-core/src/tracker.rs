@@ -85,7 +85,8 @@ pub(crate) type Sends<R> = SmallVec<[(R, Vec<String>); 1]>;
 /// only when given the [`Commit`] that came with it.
 pub(crate) struct Diff<R> {
     /// Every resource of this set is to be sent (a joining client covering all of the view's
-    /// shared set), beside `send`, which then has none of its names.
+    /// shared set, or a step's change made one set by [`into_shared`](Self::into_shared)),
+    /// beside `send`, which then has none of its names.
     pub(crate) whole: Option<ResourceSet<R>>,
     /// Resources to send, in name order, each once, with the aliases they were subscribed by.
     pub(crate) send: Sends<R>,
@@ -114,8 +115,9 @@ impl<R> Default for Diff<R> {
     }
 }
 
-/// A [`Step`]'s diff, copied for each client that takes it: an update's one resource is copied
-/// in place, and the lists, empty then, are made without a look at their contents.
+/// A [`Step`]'s diff, copied for each client that takes it: a step's change is one set, whose
+/// handle is copied; any other diff has its one resource copied in place, and its lists, empty
+/// then, made without a look at their contents.
 impl<R: Clone> Clone for Diff<R> {
     fn clone(&self) -> Self {
         if self.send.is_empty() && self.absent.is_empty() && self.removed.is_empty() {
