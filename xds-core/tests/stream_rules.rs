@@ -341,6 +341,18 @@ fn ack(h: &mut Harness<Delta>, t: T) {
     h.request(t, delta(&[], &[], &nonce));
 }
 
+/// An ADS SotW stream whose Cluster view has `a` and `b`, subscribed to `a` and sent it in one
+/// round: the stream, and the response's version and nonce.
+fn sotw_sent_a() -> (Harness<Sotw>, String, String) {
+    let mut h = Harness::<Sotw>::ads();
+    h.world.view(T::Cds).set("a", "1");
+    h.world.view(T::Cds).set("b", "1");
+    h.request(T::Cds, sotw(&["a"], "", ""));
+    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
+    let (version, nonce) = h.last_sent(T::Cds);
+    (h, version, nonce)
+}
+
 /// A SotW ACK of `version` and `nonce` that repeats the client's list, as a server that
 /// recognised the list by its bytes hands it to the core.
 fn sotw_repeating(version: &str, nonce: &str) -> xds_core::SotwRequest {
@@ -459,12 +471,7 @@ fn s06_a_round_found_quiet_on_per_type_and_sotw_streams_and_heartbeats() {
     assert!(!h.stream.views_unchanged_quietly(), "owed at the ACK");
     assert_eq!(round(&mut h), (vec![T::Eds], vec![T::Eds]));
 
-    let mut h = Harness::<Sotw>::ads();
-    h.world.view(T::Cds).set("a", "1");
-    h.world.view(T::Cds).set("b", "1");
-    h.request(T::Cds, sotw(&["a"], "", ""));
-    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
-    let (version, nonce) = h.last_sent(T::Cds);
+    let (mut h, version, nonce) = sotw_sent_a();
     h.request(T::Cds, sotw_repeating(&version, &nonce));
     assert!(h.stream.views_unchanged_quietly(), "an ACK that repeats its list");
     h.request(T::Cds, sotw(&["a", "b"], &version, &nonce));
@@ -570,12 +577,7 @@ fn d01_an_ack_taken_without_its_request_is_the_request_taken() {
 /// lists other names is read, and owes what it added.
 #[test]
 fn s06_a_sotw_ack_that_repeats_its_list_owes_nothing() {
-    let mut h = Harness::<Sotw>::ads();
-    h.world.view(T::Cds).set("a", "1");
-    h.world.view(T::Cds).set("b", "1");
-    h.request(T::Cds, sotw(&["a"], "", ""));
-    assert_eq!(round(&mut h), (vec![T::Cds], vec![T::Cds]));
-    let (version, nonce) = h.last_sent(T::Cds);
+    let (mut h, version, nonce) = sotw_sent_a();
     h.request(T::Cds, sotw_repeating(&version, &nonce));
     h.stream.views_unchanged();
     assert_eq!(round(&mut h), (vec![], vec![]), "an ACK alone");
